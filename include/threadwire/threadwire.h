@@ -1,0 +1,328 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/**
+ * @file threadwire.h
+ * @brief threadwire: messaging for threaded HPC applications.
+ *
+ * Every thread of the application may send and receive at once. The library
+ * runs its own progress threads (or none, in manual mode) and hands each
+ * finished operation to the completion queue (CQ) it was posted with.
+ *
+ * Usage in brief:
+ * @code
+ *   tw_config_t cfg;
+ *   tw_context_t *ctx;
+ *   tw_config_init(&cfg);                  // defaults; TW_* env overrides
+ *   if (tw_init(&cfg, &ctx) != TW_OK) ...  // joins the job
+ *
+ *   // in each worker thread
+ *   tw_cq_t *cq;
+ *   tw_cq_create(ctx, 256, &cq);           // one CQ per thread
+ *   tw_recv(ctx, TW_ANY_SOURCE, 7, 0, rbuf, sizeof rbuf, cq, rctx);
+ *   tw_send(ctx, peer, 7, sbuf, len, cq, sctx);
+ *   tw_completion_t c[8];
+ *   int n = tw_cq_wait(cq, c, 8, -1);      // c[i].user, .status, .op, ...
+ *   tw_cq_destroy(cq);
+ *
+ *   tw_finalize(ctx);                      // after the workers are done
+ * @endcode
+ *
+ * Thread contract: every function may be called by any number of threads
+ * at once unless its comment says otherwise ("Thread:" lines). No function
+ * takes a lock that a progress thread holds while it runs a user callback.
+ * The two callbacks (active-message handlers, the error handler) run on a
+ * progress thread, or inside tw_progress() in manual mode, and must not
+ * block.
+ */
+#ifndef THREADWIRE_H
+#define THREADWIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TW_API __attribute__((visibility("default")))
+#else
+#define TW_API
+#endif
+
+/* ---- status ---------------------------------------------------------- */
+
+/** Status of every call and every completion. */
+typedef enum tw_status {
+    TW_OK = 0,
+    TW_ERR_INVALID = -1,      /**< bad argument or call in the wrong state */
+    TW_ERR_NOMEM = -2,        /**< out of memory */
+    TW_ERR_AGAIN = -3,        /**< resource busy (CQ full, no credits): retry */
+    TW_ERR_TRUNCATED = -4,    /**< message longer than the receive buffer */
+    TW_ERR_TIMEOUT = -5,      /**< a deadline passed */
+    TW_ERR_CANCELED = -6,     /**< canceled (e.g. by tw_finalize) */
+    TW_ERR_UNREACHABLE = -7,  /**< no transport reaches that peer */
+    TW_ERR_PEER_FAILED = -8,  /**< peer died or its last path failed */
+    TW_ERR_TRANSPORT = -9,    /**< local device/transport error */
+    TW_ERR_PROTOCOL = -10,    /**< malformed or unauthenticated wire input */
+    TW_ERR_UNSUPPORTED = -11, /**< feature absent in this build / device */
+    TW_ERR_BOOTSTRAP = -12    /**< could not find or join the job */
+} tw_status_t;
+
+/**
+ * Short English description of a status.
+ * @return a static string; never NULL (unknown values give "unknown status").
+ * Thread: any.
+ */
+TW_API const char *tw_strerror(tw_status_t st);
+
+/* ---- context --------------------------------------------------------- */
+
+/** A job membership: one per process is typical. Opaque. */
+typedef struct tw_context tw_context_t;
+
+/** How progress threads (and tw_cq_wait) wait for work. */
+typedef enum tw_wait_mode {
+    TW_WAIT_ADAPTIVE = 0, /**< spin briefly, then sleep on an fd (default) */
+    TW_WAIT_SPIN,         /**< never sleep: lowest latency, burns a core */
+    TW_WAIT_BLOCK         /**< sleep at once: lowest CPU use */
+} tw_wait_mode_t;
+
+/**
+ * Context configuration. Each field has an environment variable that
+ * overrides it at tw_init: TW_TRANSPORTS, TW_PROGRESS_THREADS,
+ * TW_WAIT_MODE (adaptive|spin|block), TW_RELIABLE (0|1). README.md lists
+ * every TW_* variable.
+ */
+typedef struct tw_config {
+    size_t size;              /**< = sizeof(tw_config_t); lets the struct grow */
+    const char *transports;   /**< "self,shm,tcp,verbs"; NULL = every usable one */
+    int progress_threads;     /**< -1 = auto (per HCA + per CPU socket);
+                                   0 = manual: callers drive tw_progress() */
+    tw_wait_mode_t wait_mode; /**< progress threads' and tw_cq_wait's wait */
+    bool reliable;            /**< checksums, acks, retransmit, failover;
+                                   accepted but TW_ERR_UNSUPPORTED until the
+                                   reliability layer lands */
+} tw_config_t;
+
+/**
+ * Fill @p cfg with the defaults: every usable transport, automatic
+ * progress threads, adaptive waiting, reliability off.
+ * Thread: any (on distinct cfg objects).
+ */
+TW_API void tw_config_init(tw_config_t *cfg);
+
+/**
+ * Join the job: from the local launcher's environment, or as a job of one
+ * process when no launcher is present. TW_* environment variables override
+ * @p cfg. Starts the progress threads (unless progress_threads == 0).
+ *
+ * @param cfg   configuration, or NULL for the defaults.
+ * @param ctx_p receives the context on success (untouched otherwise).
+ * @return TW_OK;
+ *   TW_ERR_INVALID: NULL ctx_p, a bad cfg field, or a TW_* variable with a
+ *     bad value (the log names it) — fix the configuration;
+ *   TW_ERR_UNSUPPORTED: a requested feature or transport is not built;
+ *   TW_ERR_NOMEM, TW_ERR_TRANSPORT: resources could not be had.
+ * Thread: any; several contexts may live at once.
+ */
+TW_API tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p);
+
+/**
+ * Leave the job. Operations still outstanding complete (sends already
+ * handed to a transport are delivered) or complete with TW_ERR_CANCELED
+ * (receives never matched) on their CQs; every thread the context made is
+ * joined. CQs outlive the context: poll them for those last completions,
+ * then tw_cq_destroy them. Afterwards every call on @p ctx returns
+ * TW_ERR_INVALID (or -1 / 0 where the call returns a count).
+ *
+ * @return TW_OK; TW_ERR_INVALID for NULL or an already finalized context.
+ * Thread: any, but no other thread may use @p ctx during or after the call.
+ */
+TW_API tw_status_t tw_finalize(tw_context_t *ctx);
+
+/** This process's rank in the job, or -1 for an invalid context. Thread: any. */
+TW_API int tw_rank(const tw_context_t *ctx);
+/** Number of processes in the job, or -1 for an invalid context. Thread: any. */
+TW_API int tw_size(const tw_context_t *ctx);
+
+/**
+ * Drive every transport once from the calling thread.
+ * Required in manual mode (progress_threads == 0), harmless otherwise: when
+ * another thread is already progressing a domain this call skips it rather
+ * than wait.
+ * @return the number of events handled (>= 0), or -1 for an invalid context.
+ * Thread: any.
+ */
+TW_API int tw_progress(tw_context_t *ctx);
+
+/* ---- completion queues ----------------------------------------------- */
+
+/** A completion queue. Opaque. */
+typedef struct tw_cq tw_cq_t;
+
+/** Kind of operation a completion reports. */
+typedef enum tw_op {
+    TW_OP_SEND,
+    TW_OP_RECV,
+    TW_OP_AM_SEND,
+    TW_OP_PUT,
+    TW_OP_GET,
+    TW_OP_FLUSH
+} tw_op_t;
+
+/** One finished operation. */
+typedef struct tw_completion {
+    void *user;         /**< the pointer given when the operation was posted */
+    tw_status_t status; /**< TW_OK or why it failed */
+    tw_op_t op;         /**< what finished */
+    int peer;           /**< source of a receive; target of anything else */
+    uint64_t tag;       /**< tag of the matched message (receives) */
+    size_t length;      /**< bytes moved; for TRUNCATED, the sent length */
+} tw_completion_t;
+
+/**
+ * Create a CQ that holds at most @p depth outstanding operations (posted
+ * and not yet polled). Posting one more returns TW_ERR_AGAIN, so a
+ * completion is never dropped and memory stays bounded.
+ * @param depth 1 .. 2^20.
+ * @return TW_OK; TW_ERR_INVALID (NULL or finalized ctx, NULL cq_p, depth
+ *   out of range); TW_ERR_NOMEM.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_cq_create(tw_context_t *ctx, unsigned depth, tw_cq_t **cq_p);
+
+/**
+ * Destroy a CQ. Completions not yet polled are discarded.
+ * @return TW_OK; TW_ERR_AGAIN while operations posted on it have not
+ *   completed (progress or finalize, then retry); TW_ERR_INVALID for NULL.
+ * Thread: any, but no other thread may use @p cq during the call. A CQ may
+ * be destroyed after its context was finalized.
+ */
+TW_API tw_status_t tw_cq_destroy(tw_cq_t *cq);
+
+/**
+ * Take up to @p max completions without blocking.
+ * @return the number taken (0 .. max), or -1 for NULL arguments or max < 0.
+ * Thread: any (a CQ may be shared by several consumers).
+ */
+TW_API int tw_cq_poll(tw_cq_t *cq, tw_completion_t *out, int max);
+
+/**
+ * Like tw_cq_poll, but waits up to @p timeout_ms (-1 = forever) for at least
+ * one completion. Sleeps per the context's wait mode; in manual mode the
+ * waiting thread drives progress itself.
+ * @return the number taken; 0 on timeout; -1 for bad arguments.
+ * Thread: any.
+ */
+TW_API int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms);
+
+/**
+ * A file descriptor that is readable when completions may be waiting: add
+ * it to epoll/poll, then tw_cq_poll until it returns 0. Owned by the CQ (do
+ * not close). In manual mode, progress must still be driven.
+ * @return the fd, or -1 (NULL cq, or no fd could be created: see the log).
+ * Thread: any.
+ */
+TW_API int tw_cq_fd(tw_cq_t *cq);
+
+/* ---- tagged messages (MPI-style matching) ---------------------------- */
+
+/** Wildcard source for tw_recv. */
+#define TW_ANY_SOURCE (-1)
+
+/**
+ * Send @p len bytes to rank @p dst with @p tag. Completes (TW_OP_SEND) when
+ * @p buf may be reused. Messages from one thread to one peer are matched in
+ * the order they were sent (non-overtaking).
+ * @return TW_OK (the completion follows on @p cq);
+ *   TW_ERR_AGAIN: @p cq is full — poll it and retry;
+ *   TW_ERR_INVALID: bad handle, dst out of range, NULL buf with len > 0,
+ *     cq of another context, finalized context;
+ *   TW_ERR_UNREACHABLE: no transport reaches @p dst;
+ *   TW_ERR_NOMEM.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_send(tw_context_t *ctx, int dst, uint64_t tag, const void *buf, size_t len,
+                           tw_cq_t *cq, void *user);
+
+/**
+ * Receive a message whose tag equals @p tag on every bit not set in
+ * @p ignore_mask, from @p src or from any source (TW_ANY_SOURCE). The
+ * completion (TW_OP_RECV) carries the source, the tag and the length; a
+ * longer message completes TW_ERR_TRUNCATED with its sent length, and the
+ * first @p len bytes are stored.
+ * @return TW_OK; TW_ERR_AGAIN (cq full); TW_ERR_INVALID (as for tw_send,
+ *   src out of range); TW_ERR_NOMEM.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_recv(tw_context_t *ctx, int src, uint64_t tag, uint64_t ignore_mask,
+                           void *buf, size_t len, tw_cq_t *cq, void *user);
+
+/* ---- active messages ------------------------------------------------- */
+
+/**
+ * Active-message handler. Runs on a progress thread (or inside tw_progress
+ * in manual mode); @p hdr and @p data are valid only during the call; the
+ * handler must not block and must not call tw_finalize.
+ */
+typedef void (*tw_am_handler_t)(tw_context_t *ctx, int src, const void *hdr, size_t hdr_len,
+                                const void *data, size_t len, void *arg);
+
+/**
+ * Register the handler for active-message @p id. An id is registered once
+ * for the life of the context.
+ * @return TW_OK; TW_ERR_INVALID (NULL fn, id already registered, bad ctx).
+ * Thread: any.
+ */
+TW_API tw_status_t tw_am_register(tw_context_t *ctx, uint8_t id, tw_am_handler_t fn, void *arg);
+
+/**
+ * Send an active message: @p hdr (at most 1 KiB) and @p data to @p dst,
+ * where the handler registered for @p id runs. Completes (TW_OP_AM_SEND)
+ * when both buffers may be reused. A message for an id with no handler at
+ * the target is dropped there with a log line.
+ * @return as tw_send; TW_ERR_INVALID also for hdr_len > 1024.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_am_send(tw_context_t *ctx, int dst, uint8_t id, const void *hdr,
+                              size_t hdr_len, const void *data, size_t len, tw_cq_t *cq,
+                              void *user);
+
+/** Largest active-message header, in bytes. */
+#define TW_AM_HDR_MAX 1024
+
+/* ---- errors ---------------------------------------------------------- */
+
+/**
+ * Called (from a progress or async-event thread) when a peer fails or a
+ * device reports an error. Operations to a failed peer complete with
+ * TW_ERR_PEER_FAILED; they never hang. Must not block.
+ */
+typedef void (*tw_error_handler_t)(tw_context_t *ctx, int peer, tw_status_t err, const char *what,
+                                   void *arg);
+
+/**
+ * Install (or, with NULL, remove) the error handler.
+ * @return TW_OK; TW_ERR_INVALID for a bad context.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn, void *arg);
+
+/* ---- introspection --------------------------------------------------- */
+
+/**
+ * Print counters per transport and per progress thread: messages, bytes,
+ * unexpected messages, CQ high-water marks, wake-ups.
+ * @return TW_OK; TW_ERR_INVALID (bad ctx or NULL out).
+ * Thread: any (counters are read without stopping traffic).
+ */
+TW_API tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* THREADWIRE_H */
