@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Layout: values[slot * stride + id], with stride a whole number of cache
+ * lines, so slot s of every counter lives on cache lines that no other slot
+ * touches. A thread adds to slot tw_thread_index() % TW_STATS_SLOTS with a
+ * relaxed fetch_add (slots stay atomic because threads can share a slot).
+ * High-water marks live in slot 0 only and are raised with a CAS-max loop.
+ */
+#include "core/tw_stats.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/tw_atomic.h"
+#include "core/tw_compiler.h"
+#include "core/tw_mem.h"
+
+#define TW_STATS_PER_LINE (TW_CACHELINE / sizeof(atomic_uint_fast64_t))
+
+struct tw_stats {
+    atomic_uint_fast64_t *values; /* [TW_STATS_SLOTS][stride], cache-line aligned */
+    const tw_stat_desc_t *descs;
+    char *name;
+    unsigned count;
+    unsigned stride; /* counters per slot row, rounded up to whole lines */
+    size_t values_size;
+};
+
+_Static_assert(sizeof(atomic_uint_fast64_t) == sizeof(uint64_t), "64-bit counters");
+_Static_assert(TW_CACHELINE % sizeof(atomic_uint_fast64_t) == 0, "whole counters per line");
+
+tw_stats_t *tw_stats_create(const char *name, const tw_stat_desc_t *descs, unsigned count)
+{
+    tw_stats_t *s;
+    unsigned stride;
+
+    if (name == NULL || (descs == NULL && count != 0)) {
+        return NULL;
+    }
+    s = tw_calloc(1, sizeof(*s));
+    if (s == NULL) {
+        goto err;
+    }
+    s->name = tw_strdup(name);
+    if (s->name == NULL) {
+        goto err_free_s;
+    }
+    stride = (unsigned)((count + TW_STATS_PER_LINE - 1) / TW_STATS_PER_LINE * TW_STATS_PER_LINE);
+    if (stride == 0) {
+        stride = TW_STATS_PER_LINE;
+    }
+    s->values_size = (size_t)TW_STATS_SLOTS * stride * sizeof(*s->values);
+    s->values = tw_malloc_aligned(TW_CACHELINE, s->values_size);
+    if (s->values == NULL) {
+        goto err_free_name;
+    }
+    for (size_t i = 0; i < (size_t)TW_STATS_SLOTS * stride; i++) {
+        atomic_init(&s->values[i], 0);
+    }
+    s->descs = descs;
+    s->count = count;
+    s->stride = stride;
+    return s;
+
+err_free_name:
+    tw_free(s->name, strlen(s->name) + 1);
+err_free_s:
+    tw_free(s, sizeof(*s));
+err:
+    return NULL;
+}
+
+void tw_stats_destroy(tw_stats_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    tw_free_aligned(s->values, TW_CACHELINE, s->values_size);
+    tw_free(s->name, strlen(s->name) + 1);
+    tw_free(s, sizeof(*s));
+}
+
+void tw_stats_add(tw_stats_t *s, unsigned id, uint64_t v)
+{
+    unsigned slot = tw_thread_index() % TW_STATS_SLOTS;
+
+    tw_assert(id < s->count && s->descs[id].kind == TW_STAT_COUNTER);
+    if (TW_UNLIKELY(id >= s->count)) {
+        return;
+    }
+    atomic_fetch_add_explicit(&s->values[(size_t)slot * s->stride + id], v, memory_order_relaxed);
+}
+
+void tw_stats_hwm(tw_stats_t *s, unsigned id, uint64_t v)
+{
+    tw_assert(id < s->count && s->descs[id].kind == TW_STAT_HWM);
+    if (TW_UNLIKELY(id >= s->count)) {
+        return;
+    }
+    atomic_uint_fast64_t *a = &s->values[id];
+    uint_fast64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+    while (v > cur && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+uint64_t tw_stats_read(const tw_stats_t *s, unsigned id)
+{
+    uint64_t sum = 0;
+
+    if (id >= s->count) {
+        return 0;
+    }
+    if (s->descs[id].kind == TW_STAT_HWM) {
+        return atomic_load_explicit(&s->values[id], memory_order_relaxed);
+    }
+    for (unsigned slot = 0; slot < TW_STATS_SLOTS; slot++) {
+        sum +=
+            atomic_load_explicit(&s->values[(size_t)slot * s->stride + id], memory_order_relaxed);
+    }
+    return sum;
+}
+
+const char *tw_stats_name(const tw_stats_t *s)
+{
+    return s->name;
+}
+
+void tw_stats_print_group(const tw_stats_t *s, FILE *out)
+{
+    fprintf(out, "%s:", s->name);
+    for (unsigned i = 0; i < s->count; i++) {
+        fprintf(out, " %s=%llu", s->descs[i].name, (unsigned long long)tw_stats_read(s, i));
+    }
+    fputc('\n', out);
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Lock-free statistics counters. A tw_stats_t is a named group of counters
+ * (one per transport, per progress thread, per CQ, ...). Each counter has
+ * TW_STATS_SLOTS cache-line-separated slots; a thread adds to the slot of
+ * its tw_thread_index(), so threads do not share cache lines in the common
+ * case (slots are still atomic: more threads than slots share). Reads sum
+ * the slots. High-water marks are a separate kind kept with an atomic max.
+ */
+#ifndef TW_STATS_H
+#define TW_STATS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define TW_STATS_SLOTS 16
+
+typedef enum tw_stat_kind {
+    TW_STAT_COUNTER, /* summed over slots */
+    TW_STAT_HWM      /* maximum ever recorded */
+} tw_stat_kind_t;
+
+typedef struct tw_stat_desc {
+    const char *name; /* "msgs_sent" */
+    tw_stat_kind_t kind;
+} tw_stat_desc_t;
+
+typedef struct tw_stats tw_stats_t;
+
+/* @p descs must outlive the group (static tables). NULL on allocation
+ * failure. @p name is copied. */
+tw_stats_t *tw_stats_create(const char *name, const tw_stat_desc_t *descs, unsigned count);
+void tw_stats_destroy(tw_stats_t *s);
+/* Thread: any. Relaxed; no ordering with other memory. */
+void tw_stats_add(tw_stats_t *s, unsigned id, uint64_t v);
+static inline void tw_stats_inc(tw_stats_t *s, unsigned id)
+{
+    tw_stats_add(s, id, 1);
+}
+/* For TW_STAT_HWM counters. Thread: any. */
+void tw_stats_hwm(tw_stats_t *s, unsigned id, uint64_t v);
+uint64_t tw_stats_read(const tw_stats_t *s, unsigned id);
+const char *tw_stats_name(const tw_stats_t *s);
+/* "name: a=1 b=2 ..." on one line; zero counters are printed too. */
+void tw_stats_print_group(const tw_stats_t *s, FILE *out);
+
+#endif /* TW_STATS_H */

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+#include "tw_test.h"
+
+#include <dirent.h>
+#include <string.h>
+#include <time.h>
+
+unsigned twt_scale(void)
+{
+    const char *s = getenv("TWTEST_SCALE");
+    long v = s ? strtol(s, NULL, 10) : 1;
+    return v >= 1 ? (unsigned)v : 1u;
+}
+
+uint64_t twt_scaled(uint64_t n, uint64_t min)
+{
+    uint64_t v = n / twt_scale();
+    return v < min ? min : v;
+}
+
+uint64_t twt_checksum(const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+uint64_t twt_fill(void *buf, size_t len, uint64_t seed)
+{
+    unsigned char *p = buf;
+    uint64_t st = seed;
+    size_t i = 0;
+    while (i + 8 <= len) {
+        uint64_t r = twt_rand(&st);
+        memcpy(p + i, &r, 8);
+        i += 8;
+    }
+    if (i < len) {
+        uint64_t r = twt_rand(&st);
+        memcpy(p + i, &r, len - i);
+    }
+    return twt_checksum(buf, len);
+}
+
+bool twt_verify(const void *buf, size_t len, uint64_t seed)
+{
+    const unsigned char *p = buf;
+    uint64_t st = seed;
+    size_t i = 0;
+    while (i + 8 <= len) {
+        uint64_t r = twt_rand(&st);
+        if (memcmp(p + i, &r, 8) != 0) {
+            return false;
+        }
+        i += 8;
+    }
+    if (i < len) {
+        uint64_t r = twt_rand(&st);
+        if (memcmp(p + i, &r, len - i) != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    int n = 0;
+    if (d == NULL) {
+        return -1;
+    }
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] != '.') {
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+int twt_thread_count(void)
+{
+    return count_dir("/proc/self/task");
+}
+
+/* opendir itself holds one fd while counting. */
+int twt_fd_count(void)
+{
+    return count_dir("/proc/self/fd") - 1;
+}
+
+double twt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

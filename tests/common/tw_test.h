@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Small helpers shared by the test programs. Tests use the public API as
+ * users do (unit tests may include internal headers too). A failed check
+ * prints where and why and exits 1; exit 77 means skipped.
+ */
+#ifndef TW_TEST_H
+#define TW_TEST_H
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define TWT_SKIP 77
+#define TWT_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define TWT_CHECK(cond)                                                     \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+            exit(1);                                                        \
+        }                                                                   \
+    } while (0)
+
+#define TWT_CHECKF(cond, ...)                                               \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fputc('\n', stderr);                                            \
+            exit(1);                                                        \
+        }                                                                   \
+    } while (0)
+
+/* a == b for integers, printing both on failure. */
+#define TWT_EQ(a, b)                                                                             \
+    do {                                                                                         \
+        long long twt_a_ = (long long)(a), twt_b_ = (long long)(b);                              \
+        if (twt_a_ != twt_b_) {                                                                  \
+            fprintf(stderr, "FAIL %s:%d: %s == %s (%lld != %lld)\n", __FILE__, __LINE__, #a, #b, \
+                    twt_a_, twt_b_);                                                             \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+/* Divisor for message counts (TWTEST_SCALE: 10 in sanitizer builds). */
+unsigned twt_scale(void);
+/* n / twt_scale(), at least @p min. */
+uint64_t twt_scaled(uint64_t n, uint64_t min);
+
+/* splitmix64: deterministic per-test random numbers. */
+static inline uint64_t twt_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Fill @p buf with bytes derived from @p seed, and return the test's own
+ * checksum of them (FNV-1a 64, independent of the library's CRC32C). */
+uint64_t twt_fill(void *buf, size_t len, uint64_t seed);
+uint64_t twt_checksum(const void *buf, size_t len);
+/* True when @p buf holds exactly what twt_fill(buf, len, seed) wrote. */
+bool twt_verify(const void *buf, size_t len, uint64_t seed);
+
+/* Threads and fds of this process, from /proc/self. */
+int twt_thread_count(void);
+int twt_fd_count(void);
+
+/* Seconds of a monotonic clock. */
+double twt_now(void);
+
+#endif /* TW_TEST_H */
