@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Completion queues.
+ *
+ * A CQ is a multi-producer multi-consumer ring of tw_completion_t records
+ * (tw_ring.h over ck_ring) plus three small protocols around it: space
+ * reservation, waking sleepers, and an optional readiness fd.
+ *
+ * Space. A completion must never be dropped and a producer (often a
+ * progress thread) must never wait for a consumer, so space is taken when
+ * the operation is posted, not when it completes: tw_cq_reserve does
+ * fetch_add(reserved) and backs out (TW_ERR_AGAIN) if that exceeds depth;
+ * the consumer gives the space back (fetch_sub) after it dequeued. Hence
+ *     records in the ring  <=  reserved  <=  depth  <=  ring capacity,
+ * and tw_cq_push always finds a free slot (asserted). The order matters:
+ * the consumer frees the ring slot (CAS on c_head) before it releases
+ * `reserved`, and a producer acquires `reserved` before it claims a slot.
+ *
+ * In flight. tw_cq_destroy refuses (TW_ERR_AGAIN) while reservations are
+ * not yet pushed. To keep that off the fast path, `acct` packs two 32-bit
+ * counters in one 64-bit atomic -- low half `reserved`, high half the
+ * reservations ever granted (minus those given back) -- so tw_cq_reserve is
+ * one fetch_add of 2^32 + 1; pushes are counted in `pushed`, a line only
+ * producers touch. In flight = granted - pushed (mod 2^32). tw_cq_push
+ * increments `pushed` as its very last access to the CQ, so a destroy that
+ * sees nothing in flight cannot pull the CQ from under a producer that is
+ * still ringing a wake-up. Readers load `pushed` first, then `acct`: both
+ * only grow between the loads, and granted - pushed never goes negative,
+ * so the snapshot can only over-estimate.
+ *
+ * Sleeping without lost wake-ups. A waiter announces itself before it
+ * sleeps, and producers pay a syscall only when someone is announced:
+ *     waiter                               producer
+ *     seq = load(wake_seq)                 commit record (store p_tail)
+ *     fetch_add(waiters)   [seq_cst]       fence [seq_cst] (ends enqueue_mp)
+ *     fence                [seq_cst]       if load(waiters) != 0:
+ *     poll the ring (load p_tail)              fetch_add(wake_seq)
+ *     futex_wait(&wake_seq, seq)               futex_wake(all)
+ *     fetch_sub(waiters)
+ * This is Dekker's store-buffer pattern: each side stores (waiters /
+ * p_tail), executes a full fence, then loads what the other side stored.
+ * Without the fences both loads could be satisfied before either store left
+ * its store buffer -- the producer reads waiters == 0, the waiter finds the
+ * ring empty, and it sleeps with a record queued (a lost wake-up). With a
+ * seq_cst fence between each store and load, the two fences are totally
+ * ordered, and whichever comes second sees the other's store: either the
+ * waiter's re-poll finds the record, or the producer sees waiters != 0 and
+ * wakes. A wake that comes after the waiter read `seq` but before it slept
+ * changes wake_seq, so futex_wait(seq) returns at once instead of sleeping.
+ * p_tail is written by ck_pr (inline asm), not a C11 atomic, so the argument
+ * rests on the hardware fences the two seq_cst fences emit, plus the
+ * compiler barriers that ck_pr's asm carries.
+ *
+ * Readiness fd. tw_cq_fd creates an eventfd on first use (a creator that
+ * loses the CAS race closes its own). From then on producers, after the
+ * same fence, do `if (!fd_signaled && exchange(fd_signaled, 1) == 0)
+ * write(fd)`: one write per drain cycle. A consumer whose poll finds the
+ * ring empty while fd_signaled is set reads the eventfd (drain), stores
+ * fd_signaled = 0, fences, and looks at the ring again: if records arrived
+ * meanwhile it signals the fd itself. Again a store/fence/load pair on each
+ * side, so either the producer sees fd_signaled == 0 and writes, or the
+ * consumer's second look sees the record and re-signals: the fd is readable
+ * whenever records may be waiting. CQs whose fd nobody asked for pay one
+ * load of fd == -1 per push.
+ *
+ * Waiting modes of tw_cq_wait: spin (poll with back-off until the
+ * timeout), block (announce and sleep at once), adaptive (poll with
+ * back-off for spin_ns, then as block); with a progress_fn (manual
+ * progress) it never sleeps: poll, drive progress, back off, repeat.
+ *
+ * TSan: the ring carries its own annotations (tw_ring.h); everything else
+ * here is C11 atomics and syscalls TSan understands.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/tw_atomic.h"
+#include "core/tw_compiler.h"
+#include "core/tw_log.h"
+#include "core/tw_mem.h"
+#include "core/tw_stats.h"
+#include "core/tw_time.h"
+#include "progress/tw_cq.h"
+#include "progress/tw_ring.h"
+
+TW_RING_DEFINE(cqe, tw_completion)
+
+/* Adaptive waiting without a configured budget spins this long. */
+#define TW_CQ_SPIN_NS_DEFAULT 50000u
+
+/* ---- out-of-line parts of tw_ring.h ------------------------------------- */
+
+_Atomic(tw_ring_hook_fn_t) tw_ring_test_yield_hook; /* zero: NULL */
+
+/* tw_backoff steps before sleeping: its pause steps (~64) and ~8 yields. */
+#define TW_RING_COMMIT_BACKOFF_STEPS 72
+#define TW_RING_COMMIT_SLEEP_NS      1000000 /* futex timeout: safety net */
+
+void tw_ring_commit_wait(tw_ring_sync_t *rs, ck_ring_t *ck, unsigned ticket)
+{
+    tw_backoff_t b = TW_BACKOFF_INIT;
+    unsigned steps = 0;
+
+    for (;;) {
+        unsigned cur = ck_pr_load_uint(&ck->p_tail);
+
+        if (cur == ticket) {
+            return;
+        }
+        if (steps < TW_RING_COMMIT_BACKOFF_STEPS) {
+            steps++;
+            tw_backoff_wait(&b);
+            continue;
+        }
+        /* The earlier producer is off its CPU: sleep until p_tail moves. */
+        atomic_fetch_add_explicit(&rs->commit_sleepers, 1, memory_order_seq_cst);
+        /* Store commit_sleepers / load p_tail (see tw_ring_commit_mp). */
+        atomic_thread_fence(memory_order_seq_cst);
+        cur = ck_pr_load_uint(&ck->p_tail);
+        if (cur != ticket) {
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = TW_RING_COMMIT_SLEEP_NS};
+            /* Returns at once if p_tail no longer holds cur. */
+            syscall(SYS_futex, (void *)&ck->p_tail, FUTEX_WAIT_PRIVATE, cur, &ts, NULL, 0);
+        }
+        atomic_fetch_sub_explicit(&rs->commit_sleepers, 1, memory_order_relaxed);
+        /* Woken by a commit: the producers ahead of us are likely running
+         * now, so yield a few times before sleeping again. */
+        steps -= 8;
+    }
+}
+
+void tw_ring_commit_wake(ck_ring_t *ck)
+{
+    syscall(SYS_futex, (void *)&ck->p_tail, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* ---- completion queues --------------------------------------------------- */
+
+const tw_stat_desc_t tw_cq_stat_descs[TW_CQ_STAT_COUNT] = {
+    [TW_CQ_STAT_PUSHED] = {.name = "pushed", .kind = TW_STAT_COUNTER},
+    [TW_CQ_STAT_WAKEUPS] = {.name = "wakeups", .kind = TW_STAT_COUNTER},
+    [TW_CQ_STAT_DEPTH_HWM] = {.name = "depth_hwm", .kind = TW_STAT_HWM},
+    [TW_CQ_STAT_AGAIN] = {.name = "again", .kind = TW_STAT_COUNTER},
+};
+
+struct tw_cq {
+    tw_ring_cqe_t ring; /* Thread: any (MPMC) */
+
+    /* Immutable after tw_cq_open. */
+    unsigned depth;
+    tw_wait_mode_t wait_mode;
+    uint64_t spin_ns;
+    int (*progress_fn)(void *arg);
+    void *progress_arg;
+    void *owner;
+    tw_stats_t *stats;
+
+    /* Space accounting (see the top): producers at post, consumers per poll. */
+    atomic_ullong acct TW_ALIGNED(TW_CACHELINE); /* granted << 32 | reserved */
+    atomic_uint hwm;                             /* local high-water mark */
+
+    /* Pushes ever made: producers only. */
+    atomic_uint pushed TW_ALIGNED(TW_CACHELINE);
+
+    /* Wake-up state: read by every push, written by sleepers and wakers. */
+    atomic_uint waiters TW_ALIGNED(TW_CACHELINE); /* announced sleepers */
+    atomic_uint wake_seq;                         /* futex word */
+    atomic_int efd;                               /* eventfd or -1; set once */
+    atomic_uint fd_signaled;                      /* eventfd written, not drained */
+};
+
+static inline void tw_cq_stat_add(tw_cq_t *cq, unsigned id, uint64_t v)
+{
+    if (cq->stats != NULL) {
+        tw_stats_add(cq->stats, id, v);
+    }
+}
+
+tw_status_t tw_cq_open(const tw_cq_params_t *params, tw_cq_t **cq_p)
+{
+    tw_cq_t *cq;
+    tw_status_t st;
+
+    if (params == NULL || cq_p == NULL) {
+        tw_error("cq", "tw_cq_open: NULL %s", params == NULL ? "params" : "cq_p");
+        return TW_ERR_INVALID;
+    }
+    if (params->depth == 0 || params->depth > TW_CQ_DEPTH_MAX) {
+        tw_error("cq", "completion queue depth %u out of range 1..%u", params->depth,
+                 TW_CQ_DEPTH_MAX);
+        return TW_ERR_INVALID;
+    }
+    if ((unsigned)params->wait_mode > (unsigned)TW_WAIT_BLOCK) {
+        tw_error("cq", "completion queue wait mode %d unknown", (int)params->wait_mode);
+        return TW_ERR_INVALID;
+    }
+
+    cq = tw_malloc_aligned(TW_CACHELINE, sizeof(*cq));
+    if (cq == NULL) {
+        tw_error("cq", "cannot allocate a completion queue");
+        return TW_ERR_NOMEM;
+    }
+    memset(cq, 0, sizeof(*cq));
+    st = tw_ring_cqe_init(&cq->ring, params->depth);
+    if (st != TW_OK) {
+        tw_error("cq", "cannot allocate a ring of %u completions", params->depth);
+        goto err_free;
+    }
+    tw_assert(tw_ring_cqe_capacity(&cq->ring) >= params->depth);
+
+    cq->depth = params->depth;
+    cq->wait_mode = params->wait_mode;
+    cq->spin_ns = params->spin_ns != 0 ? params->spin_ns : TW_CQ_SPIN_NS_DEFAULT;
+    cq->progress_fn = params->progress_fn;
+    cq->progress_arg = params->progress_arg;
+    cq->owner = params->owner;
+    cq->stats = params->stats;
+    atomic_init(&cq->acct, 0);
+    atomic_init(&cq->hwm, 0);
+    atomic_init(&cq->pushed, 0);
+    atomic_init(&cq->waiters, 0);
+    atomic_init(&cq->wake_seq, 0);
+    atomic_init(&cq->efd, -1);
+    atomic_init(&cq->fd_signaled, 0);
+    *cq_p = cq;
+    return TW_OK;
+
+err_free:
+    tw_free_aligned(cq, TW_CACHELINE, sizeof(*cq));
+    return st;
+}
+
+void *tw_cq_owner(const tw_cq_t *cq)
+{
+    return cq->owner;
+}
+
+tw_status_t tw_cq_destroy(tw_cq_t *cq)
+{
+    int fd;
+
+    if (cq == NULL) {
+        tw_error("cq", "tw_cq_destroy: NULL cq");
+        return TW_ERR_INVALID;
+    }
+    /* Acquire: pairs with the release increment that ends tw_cq_push. */
+    if (tw_cq_inflight(cq) != 0) {
+        return TW_ERR_AGAIN;
+    }
+    fd = atomic_load_explicit(&cq->efd, memory_order_acquire);
+    if (fd >= 0) {
+        close(fd);
+    }
+    tw_ring_cqe_cleanup(&cq->ring);
+    tw_free_aligned(cq, TW_CACHELINE, sizeof(*cq));
+    return TW_OK;
+}
+
+/* One reservation in `acct`: granted (high half) and reserved (low). */
+#define TW_CQ_ACCT_ONE ((1ull << 32) | 1ull)
+
+tw_status_t tw_cq_reserve(tw_cq_t *cq)
+{
+    /* Acquire: see the ring slots freed by the consumers whose releases
+     * made this count possible (they dequeue before they give back). */
+    uint64_t old = atomic_fetch_add_explicit(&cq->acct, TW_CQ_ACCT_ONE, memory_order_acquire);
+    unsigned n = (unsigned)old + 1;
+
+    if (TW_UNLIKELY(n > cq->depth)) {
+        atomic_fetch_sub_explicit(&cq->acct, TW_CQ_ACCT_ONE, memory_order_relaxed);
+        tw_cq_stat_add(cq, TW_CQ_STAT_AGAIN, 1);
+        return TW_ERR_AGAIN;
+    }
+    /* The local mark keeps the shared stats line out of the fast path;
+     * a racing lower store only costs a few extra tw_stats_hwm calls. */
+    if (TW_UNLIKELY(n > atomic_load_explicit(&cq->hwm, memory_order_relaxed))) {
+        atomic_store_explicit(&cq->hwm, n, memory_order_relaxed);
+        if (cq->stats != NULL) {
+            tw_stats_hwm(cq->stats, TW_CQ_STAT_DEPTH_HWM, n);
+        }
+    }
+    return TW_OK;
+}
+
+void tw_cq_unreserve(tw_cq_t *cq)
+{
+    tw_assert(tw_cq_inflight(cq) > 0);
+    atomic_fetch_sub_explicit(&cq->acct, TW_CQ_ACCT_ONE, memory_order_release);
+}
+
+unsigned tw_cq_inflight(const tw_cq_t *cq)
+{
+    /* `pushed` first (see the top): the difference never under-counts. */
+    unsigned pushed = atomic_load_explicit(&cq->pushed, memory_order_acquire);
+    uint64_t acct = atomic_load_explicit(&cq->acct, memory_order_acquire);
+
+    return (unsigned)(acct >> 32) - pushed;
+}
+
+unsigned tw_cq_waiters(const tw_cq_t *cq)
+{
+    return atomic_load_explicit(&cq->waiters, memory_order_relaxed);
+}
+
+static void tw_cq_fd_write(int fd)
+{
+    uint64_t one = 1;
+    ssize_t r = write(fd, &one, sizeof(one));
+
+    /* Cannot fail: we write at most once per drain (no counter overflow). */
+    tw_assert(r == (ssize_t)sizeof(one));
+    (void)r;
+}
+
+/* Make the eventfd readable unless it already is. Thread: any. */
+static inline void tw_cq_fd_signal(tw_cq_t *cq, int fd)
+{
+    if (atomic_load_explicit(&cq->fd_signaled, memory_order_relaxed) == 0 &&
+        atomic_exchange_explicit(&cq->fd_signaled, 1, memory_order_seq_cst) == 0) {
+        tw_cq_fd_write(fd);
+    }
+}
+
+/* The ring looked empty with the fd signaled: drain it, then re-check the
+ * ring so a record pushed meanwhile keeps the fd readable. */
+static void tw_cq_fd_drain(tw_cq_t *cq, int fd)
+{
+    uint64_t v;
+    ssize_t r = read(fd, &v, sizeof(v));
+
+    (void)r; /* EAGAIN: another consumer drained it first */
+    atomic_store_explicit(&cq->fd_signaled, 0, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst); /* store fd_signaled / load p_tail */
+    if (!tw_ring_cqe_empty(&cq->ring)) {
+        tw_cq_fd_signal(cq, fd);
+    }
+}
+
+static void tw_cq_wake(tw_cq_t *cq)
+{
+    atomic_fetch_add_explicit(&cq->wake_seq, 1, memory_order_release);
+    syscall(SYS_futex, (void *)&cq->wake_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    tw_cq_stat_add(cq, TW_CQ_STAT_WAKEUPS, 1);
+}
+
+void tw_cq_push(tw_cq_t *cq, const tw_completion_t *c)
+{
+    bool ok = tw_ring_cqe_enqueue_mp(&cq->ring, c);
+    int fd;
+
+    tw_assert(ok); /* the reservation guaranteed a slot */
+    (void)ok;
+    tw_cq_stat_add(cq, TW_CQ_STAT_PUSHED, 1);
+    tw_ring_test_point();
+
+    /* Store p_tail / load waiters and fd_signaled -- the producer half of
+     * both Dekker pairs on top: the seq_cst fence that ends every
+     * tw_ring enqueue_mp, right after its commit, orders them. */
+    if (atomic_load_explicit(&cq->waiters, memory_order_relaxed) != 0) {
+        tw_cq_wake(cq);
+    }
+    fd = atomic_load_explicit(&cq->efd, memory_order_acquire);
+    if (fd >= 0) {
+        tw_cq_fd_signal(cq, fd);
+    }
+    /* Last access to *cq: tw_cq_destroy may free it once this lands. */
+    atomic_fetch_add_explicit(&cq->pushed, 1, memory_order_release);
+}
+
+int tw_cq_poll(tw_cq_t *cq, tw_completion_t *out, int max)
+{
+    int n = 0;
+
+    if (cq == NULL || out == NULL || max < 0) {
+        return -1;
+    }
+    while (n < max) {
+        unsigned k = tw_ring_cqe_dequeue_burst_mc(&cq->ring, &out[n], (unsigned)(max - n));
+        if (k == 0) {
+            break;
+        }
+        n += (int)k;
+    }
+    if (n > 0) {
+        tw_ring_test_point();
+        /* Release: the slots are free (dequeued) before the space is. */
+        atomic_fetch_sub_explicit(&cq->acct, (uint64_t)n, memory_order_release);
+    }
+    if (n < max) {
+        /* The ring looked empty: let the readiness fd go quiet. */
+        int fd = atomic_load_explicit(&cq->efd, memory_order_acquire);
+        if (fd >= 0 && atomic_load_explicit(&cq->fd_signaled, memory_order_relaxed) != 0) {
+            tw_cq_fd_drain(cq, fd);
+        }
+    }
+    return n;
+}
+
+/* Sleep on the futex word while it holds @p seq, until @p deadline. */
+static void tw_cq_futex_wait(tw_cq_t *cq, unsigned seq, uint64_t deadline)
+{
+    struct timespec ts, *tsp = NULL;
+
+    if (deadline != UINT64_MAX) {
+        uint64_t now = tw_time_ns();
+        if (now >= deadline) {
+            return;
+        }
+        uint64_t rel = deadline - now;
+        ts.tv_sec = (time_t)(rel / 1000000000u);
+        ts.tv_nsec = (long)(rel % 1000000000u);
+        tsp = &ts;
+    }
+    /* EAGAIN (woken before we slept), EINTR, ETIMEDOUT: the caller
+     * re-polls and re-checks its deadline in every case. */
+    syscall(SYS_futex, (void *)&cq->wake_seq, FUTEX_WAIT_PRIVATE, seq, tsp, NULL, 0);
+}
+
+/* Announce, re-poll, sleep: until a completion or @p deadline. */
+static int tw_cq_wait_block(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t deadline)
+{
+    for (;;) {
+        unsigned seq = atomic_load_explicit(&cq->wake_seq, memory_order_acquire);
+        int n;
+
+        atomic_fetch_add_explicit(&cq->waiters, 1, memory_order_seq_cst);
+        /* Store waiters / load p_tail: the waiter half of the Dekker pair. */
+        atomic_thread_fence(memory_order_seq_cst);
+        tw_ring_test_point();
+        n = tw_cq_poll(cq, out, max);
+        if (n == 0) {
+            tw_cq_futex_wait(cq, seq, deadline);
+        }
+        atomic_fetch_sub_explicit(&cq->waiters, 1, memory_order_relaxed);
+        if (n == 0) {
+            n = tw_cq_poll(cq, out, max);
+        }
+        if (n > 0 || tw_time_ns() >= deadline) {
+            return n;
+        }
+    }
+}
+
+/* Poll with back-off until a completion or @p until. */
+static int tw_cq_wait_spin(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t until)
+{
+    tw_backoff_t b = TW_BACKOFF_INIT;
+
+    for (;;) {
+        int n;
+
+        tw_backoff_wait(&b);
+        n = tw_cq_poll(cq, out, max);
+        if (n > 0 || tw_time_ns() >= until) {
+            return n;
+        }
+    }
+}
+
+/* Manual progress: drive progress_fn between polls; never sleep. */
+static int tw_cq_wait_manual(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t deadline)
+{
+    tw_backoff_t b = TW_BACKOFF_INIT;
+
+    for (;;) {
+        int events = cq->progress_fn(cq->progress_arg);
+        int n = tw_cq_poll(cq, out, max);
+
+        if (n > 0 || tw_time_ns() >= deadline) {
+            return n;
+        }
+        if (events > 0) {
+            tw_backoff_reset(&b);
+        } else {
+            tw_backoff_wait(&b);
+        }
+    }
+}
+
+int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
+{
+    uint64_t deadline;
+    int n;
+
+    if (cq == NULL || out == NULL || max <= 0) {
+        return -1;
+    }
+    n = tw_cq_poll(cq, out, max);
+    if (n > 0) {
+        return n;
+    }
+    deadline = tw_deadline_ms(timeout_ms);
+    if (cq->progress_fn != NULL) {
+        if (timeout_ms == 0) {
+            (void)cq->progress_fn(cq->progress_arg);
+            return tw_cq_poll(cq, out, max);
+        }
+        return tw_cq_wait_manual(cq, out, max, deadline);
+    }
+    if (timeout_ms == 0) {
+        return 0;
+    }
+    switch (cq->wait_mode) {
+    case TW_WAIT_SPIN:
+        return tw_cq_wait_spin(cq, out, max, deadline);
+    case TW_WAIT_ADAPTIVE: {
+        /* Spin only while a CPU is free for the producer (spin slots):
+         * otherwise spinning steals the very CPU it waits for. */
+        if (tw_spin_slot_get()) {
+            uint64_t now = tw_time_ns();
+            uint64_t until =
+                deadline > now && deadline - now > cq->spin_ns ? now + cq->spin_ns : deadline;
+            n = tw_cq_wait_spin(cq, out, max, until);
+            tw_spin_slot_put();
+            if (n > 0 || until == deadline) {
+                return n;
+            }
+        }
+        return tw_cq_wait_block(cq, out, max, deadline);
+    }
+    case TW_WAIT_BLOCK:
+    default:
+        return tw_cq_wait_block(cq, out, max, deadline);
+    }
+}
+
+int tw_cq_fd(tw_cq_t *cq)
+{
+    int fd, expected = -1;
+
+    if (cq == NULL) {
+        return -1;
+    }
+    fd = atomic_load_explicit(&cq->efd, memory_order_acquire);
+    if (fd >= 0) {
+        return fd;
+    }
+    fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) {
+        tw_error("cq", "cannot create an eventfd for completion queue %p: %m", (void *)cq);
+        return -1;
+    }
+    if (!atomic_compare_exchange_strong_explicit(&cq->efd, &expected, fd, memory_order_seq_cst,
+                                                 memory_order_acquire)) {
+        close(fd); /* another thread installed one first */
+        return expected;
+    }
+    /* Store efd / load p_tail, against the producers' commit / fence /
+     * load efd: records pushed before a producer could see the fd are
+     * signaled here. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!tw_ring_cqe_empty(&cq->ring)) {
+        tw_cq_fd_signal(cq, fd);
+    }
+    return fd;
+}

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Progress engines. A progress engine (pe) is one progress domain: a set of
+ * registered progress functions, the fds they sleep on, and an MPSC
+ * submission ring with an eventfd doorbell. It is driven either by its own
+ * progress thread, or -- in manual mode -- by whichever caller of
+ * tw_pe_progress() wins its try-lock (others skip it: they never wait).
+ * Either way exactly one thread runs a pe's functions at a time, so what a
+ * pe drives needs no lock ("owner" below = that thread).
+ *
+ * Wait modes of a progress thread when a loop did no work:
+ *   spin      keep polling; back off to sched_yield after a few empty loops;
+ *   block     announce sleep, re-poll once, sleep in epoll on the fds;
+ *   adaptive  spin (with back-off) for spin_ns, then as block.
+ * Submitters ring the doorbell only when the owner announced it sleeps.
+ */
+#ifndef TW_PE_H
+#define TW_PE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tw_stats.h"
+#include "threadwire/threadwire.h"
+
+typedef struct tw_pe tw_pe_t;
+
+/** Progress function: do pending work, return the number of events
+ * handled (0 lets the thread consider sleeping). Thread: owner. */
+typedef int (*tw_pe_fn_t)(void *arg);
+
+/** A command handed to the owner through the submission ring. Runs on the
+ * owner thread. Thread: owner. */
+typedef struct tw_pe_cmd {
+    void (*fn)(void *arg, void *data, uint64_t u64);
+    void *arg;
+    void *data;
+    uint64_t u64;
+} tw_pe_cmd_t;
+
+typedef struct tw_pe_params {
+    const char *name; /* "socket0", "hca:mlx5_0" (copied) */
+    bool thread;      /* start a progress thread (else manual) */
+    tw_wait_mode_t wait_mode;
+    uint64_t spin_ns;    /* adaptive spin budget */
+    int bind_package;    /* hwloc package to bind to, -1 = none */
+    unsigned ring_depth; /* commands each submission lane holds (0 = 1024) */
+} tw_pe_params_t;
+
+enum {
+    TW_PE_STAT_LOOPS,    /* progress loops run */
+    TW_PE_STAT_EVENTS,   /* events reported by progress functions */
+    TW_PE_STAT_CMDS,     /* submission commands run */
+    TW_PE_STAT_SLEEPS,   /* times the thread went to sleep */
+    TW_PE_STAT_DOORBELL, /* doorbell rings paid by submitters */
+    TW_PE_STAT_AGAIN,    /* submissions refused: ring full */
+    TW_PE_STAT_COUNT
+};
+
+/** Create a pe (no thread yet). TW_ERR_NOMEM, TW_ERR_TRANSPORT (eventfd
+ * or epoll failed: logged). Thread: any. */
+tw_status_t tw_pe_create(const tw_pe_params_t *params, tw_pe_t **pe_p);
+
+/** Register a progress function, and optionally an fd (readable = work,
+ * level-triggered; -1 = none) to sleep on. Only before tw_pe_start.
+ * Thread: the creator. */
+tw_status_t tw_pe_add(tw_pe_t *pe, tw_pe_fn_t fn, void *arg, int fd);
+
+/** Start the progress thread (when params.thread), bound per
+ * params.bind_package. TW_ERR_TRANSPORT if the thread cannot start. */
+tw_status_t tw_pe_start(tw_pe_t *pe);
+
+/** Run every progress function and pending command once if no one else is
+ * (try-lock). Returns events handled, 0 when busy elsewhere. Thread: any. */
+int tw_pe_progress(tw_pe_t *pe);
+
+/** Hand @p cmd to the owner through the caller's lane (per-thread FIFO).
+ * TW_ERR_AGAIN when the lane is full (the
+ * caller retries after progress). Rings the doorbell only if the owner
+ * sleeps. Thread: any. */
+tw_status_t tw_pe_submit(tw_pe_t *pe, const tw_pe_cmd_t *cmd);
+
+/** Wake the owner if it sleeps (e.g. after posting into a ring it polls).
+ * A fence and a load when nobody sleeps. Thread: any. */
+void tw_pe_wake(tw_pe_t *pe);
+
+/** True on the thread currently running @p pe's functions. */
+bool tw_pe_is_owner(const tw_pe_t *pe);
+
+/** Stop and join the thread; afterwards pending commands are run by
+ * tw_pe_progress (finalize drains them). Idempotent. Thread: not the
+ * owner. */
+void tw_pe_stop(tw_pe_t *pe);
+
+/** Free everything (stop first). Pending commands are run before. */
+void tw_pe_destroy(tw_pe_t *pe);
+
+tw_stats_t *tw_pe_stats(tw_pe_t *pe);
+const char *tw_pe_name(const tw_pe_t *pe);
+/** Kernel tid of the progress thread, 0 when none runs. */
+int tw_pe_tid(const tw_pe_t *pe);
+/** CPU set the thread is bound to, as text ("0-1"), or "unbound". */
+const char *tw_pe_binding(const tw_pe_t *pe);
+
+/* Topology (hwloc, loaded once per process). */
+int tw_topo_num_packages(void);
+/** Bind the calling thread to the CPUs of hwloc package @p package and
+ * write them as a list ("0-1") to @p text. TW_ERR_INVALID (no such
+ * package), TW_ERR_TRANSPORT (topology or binding failed: logged as a
+ * warning by the caller's choice, not here). Thread: any. */
+tw_status_t tw_topo_bind_package(int package, char *text, size_t len);
+
+#endif /* TW_PE_H */
