@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Tag matching engine: posted receives and unexpected messages, MPI
+ * semantics (a message matches the earliest-posted matching receive; a
+ * receive matches the earliest-arrived matching message), no global lock
+ * on the common path. tw_match.c explains the algorithm.
+ */
+#ifndef TW_MATCH_H
+#define TW_MATCH_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tw_atomic.h"
+#include "threadwire/threadwire.h"
+
+/** A posted receive; the caller allocates it and owns it again once it
+ * is returned by tw_match_post/arrive/cleanup. */
+typedef struct tw_match_recv {
+    struct tw_match_recv *next;
+    uint64_t seq; /* post order, set by the engine */
+    int src;      /* rank or TW_ANY_SOURCE */
+    uint64_t tag;
+    uint64_t ignore; /* tag bits that do not take part in the match */
+    void *buf;       /* the rest is the caller's */
+    size_t len;
+    tw_cq_t *cq;
+    void *user;
+} tw_match_recv_t;
+
+/** An unexpected message: a copy of its payload waiting for a receive. */
+typedef struct tw_match_unexp {
+    struct tw_match_unexp *next;
+    uint64_t seq; /* arrival order, set by the engine */
+    int src;
+    uint64_t tag;
+    size_t len;
+    unsigned char data[];
+} tw_match_unexp_t;
+
+typedef struct tw_match_bucket {
+    tw_spinlock_t lock;
+    tw_match_recv_t *posted_head; /* guarded by lock */
+    tw_match_recv_t *posted_tail; /* guarded by lock */
+    tw_match_unexp_t *unexp_head; /* guarded by lock */
+    tw_match_unexp_t *unexp_tail; /* guarded by lock */
+} TW_ALIGNED(TW_CACHELINE) tw_match_bucket_t;
+
+typedef struct tw_match {
+    tw_match_bucket_t *buckets;
+    unsigned nbuckets; /* power of two */
+    /* Wildcard path. Lock order: wild_lock, then one bucket lock. */
+    pthread_mutex_t wild_lock;
+    atomic_uint n_wild;         /* posted wildcard receives; written under wild_lock */
+    tw_match_recv_t *wild_head; /* guarded by wild_lock */
+    tw_match_recv_t *wild_tail; /* guarded by wild_lock */
+    atomic_uint_fast64_t post_seq;
+    atomic_uint_fast64_t arrival_seq;
+    atomic_uint_fast64_t n_unexp; /* unexpected messages queued (stats) */
+} tw_match_t;
+
+/** @p nbuckets: power of two, 1 .. 65536. TW_ERR_INVALID / TW_ERR_NOMEM. */
+tw_status_t tw_match_init(tw_match_t *m, unsigned nbuckets);
+
+/**
+ * Hand every posted receive to @p cancel (to complete it CANCELED) and
+ * free every unexpected message. No concurrent use.
+ */
+void tw_match_cleanup(tw_match_t *m, void (*cancel)(tw_match_recv_t *r, void *arg), void *arg);
+
+/**
+ * Post @p r. Returns the earliest-arrived unexpected message that matches
+ * (the caller copies it out and frees it with tw_match_unexp_free; @p r is
+ * not kept), or NULL when @p r is now posted. Thread: any.
+ */
+tw_match_unexp_t *tw_match_post(tw_match_t *m, tw_match_recv_t *r);
+
+/**
+ * A message arrived. Returns the earliest-posted matching receive (removed;
+ * the caller fills and completes it), or NULL when the message was queued
+ * as unexpected (payload copied) -- or could not be: then *st_p is
+ * TW_ERR_NOMEM. Messages from one sender must arrive in send order, from
+ * one thread at a time. Thread: any.
+ */
+tw_match_recv_t *tw_match_arrive(tw_match_t *m, int src, uint64_t tag, const void *data, size_t len,
+                                 tw_status_t *st_p);
+
+void tw_match_unexp_free(tw_match_unexp_t *u);
+
+static inline bool tw_match_hits(const tw_match_recv_t *r, int src, uint64_t tag)
+{
+    return (r->src == TW_ANY_SOURCE || r->src == src) && ((r->tag ^ tag) & ~r->ignore) == 0;
+}
+
+#endif /* TW_MATCH_H */

@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Messaging layer: eager and zero-copy sends, receive matching (tw_match.c)
+ * and active-message dispatch.
+ *
+ * Send: the CQ slot is reserved first (TW_ERR_AGAIN when full), then the
+ * message goes out as one transport active message: payloads up to the
+ * eager limit are copied by am_short and the send completes at once; larger
+ * ones go am_zcopy and complete when the transport says the buffer is free.
+ * Receive: posted into the matching engine, or completed at once from an
+ * unexpected message. Arrivals run on the progress engine: a tagged
+ * message is matched (or queued as unexpected), an active message runs its
+ * handler. Every wire header is checked before use; a bad one is dropped,
+ * counted and logged.
+ */
+#include "msg/tw_msg.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/tw_atomic.h"
+#include "core/tw_log.h"
+#include "core/tw_mem.h"
+#include "msg/tw_match.h"
+#include "msg/tw_msg_proto.h"
+#include "progress/tw_cq.h"
+
+typedef struct tw_msg_am_entry {
+    tw_am_handler_t fn;
+    void *arg;
+} tw_msg_am_entry_t;
+
+struct tw_msg {
+    tw_match_t match;
+    tw_tl_iface_t **route; /* [size]; written before traffic, then read-only */
+    tw_stats_t *stats;
+    tw_context_t *ctx;
+    size_t eager_limit;
+    int rank;
+    int size;
+    _Atomic(tw_msg_am_entry_t *) am[256];
+    atomic_uint_fast64_t drop_logged;
+};
+
+/* A zero-copy send waiting for its transport completion. */
+typedef struct tw_msg_sreq {
+    tw_tl_comp_t comp; /* first: the transport hands it back */
+    tw_cq_t *cq;
+    void *user;
+    uint64_t tag;
+    size_t len;
+    int dst;
+    tw_op_t op;
+} tw_msg_sreq_t;
+
+static const tw_stat_desc_t tw_msg_stat_descs[TW_MSG_STAT_COUNT] = {
+    [TW_MSG_STAT_SENT] = {"sent", TW_STAT_COUNTER},
+    [TW_MSG_STAT_SENT_BYTES] = {"sent_bytes", TW_STAT_COUNTER},
+    [TW_MSG_STAT_EAGER] = {"eager", TW_STAT_COUNTER},
+    [TW_MSG_STAT_ZCOPY] = {"zcopy", TW_STAT_COUNTER},
+    [TW_MSG_STAT_RECVD] = {"received", TW_STAT_COUNTER},
+    [TW_MSG_STAT_RECVD_BYTES] = {"received_bytes", TW_STAT_COUNTER},
+    [TW_MSG_STAT_UNEXPECTED] = {"unexpected", TW_STAT_COUNTER},
+    [TW_MSG_STAT_TRUNCATED] = {"truncated", TW_STAT_COUNTER},
+    [TW_MSG_STAT_AM_RUN] = {"am_handled", TW_STAT_COUNTER},
+    [TW_MSG_STAT_DROPPED] = {"dropped", TW_STAT_COUNTER},
+};
+
+tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
+{
+    tw_msg_t *msg = tw_calloc(1, sizeof(*msg));
+    tw_status_t st;
+
+    if (msg == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    msg->rank = params->rank;
+    msg->size = params->size;
+    msg->ctx = params->ctx;
+    msg->eager_limit = params->eager_limit;
+    for (size_t i = 0; i < TW_ARRAY_SIZE(msg->am); i++) {
+        atomic_init(&msg->am[i], NULL);
+    }
+    atomic_init(&msg->drop_logged, 0);
+    msg->route = tw_calloc((size_t)params->size, sizeof(*msg->route));
+    if (msg->route == NULL) {
+        st = TW_ERR_NOMEM;
+        goto err_free;
+    }
+    msg->stats = tw_stats_create("msg", tw_msg_stat_descs, TW_MSG_STAT_COUNT);
+    if (msg->stats == NULL) {
+        st = TW_ERR_NOMEM;
+        goto err_route;
+    }
+    st = tw_match_init(&msg->match, params->match_buckets);
+    if (st != TW_OK) {
+        goto err_stats;
+    }
+    *msg_p = msg;
+    return TW_OK;
+
+err_stats:
+    tw_stats_destroy(msg->stats);
+err_route:
+    tw_free(msg->route, (size_t)params->size * sizeof(*msg->route));
+err_free:
+    tw_free(msg, sizeof(*msg));
+    return st;
+}
+
+static void tw_msg_cancel_recv(tw_match_recv_t *r, void *arg)
+{
+    tw_completion_t c = {.user = r->user,
+                         .status = TW_ERR_CANCELED,
+                         .op = TW_OP_RECV,
+                         .peer = r->src,
+                         .tag = r->tag,
+                         .length = 0};
+    (void)arg;
+    tw_cq_push(r->cq, &c);
+    tw_free(r, sizeof(*r));
+}
+
+void tw_msg_destroy(tw_msg_t *msg)
+{
+    tw_match_cleanup(&msg->match, tw_msg_cancel_recv, msg);
+    for (size_t i = 0; i < TW_ARRAY_SIZE(msg->am); i++) {
+        tw_msg_am_entry_t *e = atomic_load_explicit(&msg->am[i], memory_order_acquire);
+        if (e != NULL) {
+            tw_free(e, sizeof(*e));
+        }
+    }
+    tw_stats_destroy(msg->stats);
+    tw_free(msg->route, (size_t)msg->size * sizeof(*msg->route));
+    tw_free(msg, sizeof(*msg));
+}
+
+void tw_msg_set_route(tw_msg_t *msg, int peer, tw_tl_iface_t *iface)
+{
+    msg->route[peer] = iface;
+}
+
+tw_stats_t *tw_msg_stats(tw_msg_t *msg)
+{
+    return msg->stats;
+}
+
+/* ---- sending --------------------------------------------------------- */
+
+/* Thread: engine owner, or the sender for inline delivery. */
+static void tw_msg_send_done(tw_tl_comp_t *comp, tw_status_t status)
+{
+    tw_msg_sreq_t *req = (tw_msg_sreq_t *)comp;
+    tw_completion_t c = {.user = req->user,
+                         .status = status,
+                         .op = req->op,
+                         .peer = req->dst,
+                         .tag = req->tag,
+                         .length = req->len};
+    tw_cq_push(req->cq, &c);
+    tw_free(req, sizeof(*req));
+}
+
+static tw_status_t tw_msg_post_send(tw_msg_t *msg, int dst, uint8_t am_id, const void *hdr,
+                                    size_t hdr_len, const void *buf, size_t len, uint64_t tag,
+                                    tw_op_t op, tw_cq_t *cq, void *user)
+{
+    tw_tl_iface_t *iface = msg->route[dst];
+    tw_msg_sreq_t *req;
+    tw_status_t st;
+
+    if (iface == NULL) {
+        return TW_ERR_UNREACHABLE;
+    }
+    st = tw_cq_reserve(cq);
+    if (st != TW_OK) {
+        return st;
+    }
+    if (len <= msg->eager_limit && hdr_len + len <= iface->attr.max_short) {
+        st = tw_tl_am_short(iface, dst, am_id, hdr, hdr_len, buf, len);
+        if (st != TW_OK) {
+            goto err_unreserve;
+        }
+        tw_completion_t c = {
+            .user = user, .status = TW_OK, .op = op, .peer = dst, .tag = tag, .length = len};
+        tw_cq_push(cq, &c);
+        tw_stats_inc(msg->stats, TW_MSG_STAT_EAGER);
+    } else {
+        if (len > iface->attr.max_zcopy) {
+            st = TW_ERR_INVALID;
+            goto err_unreserve;
+        }
+        req = tw_malloc(sizeof(*req));
+        if (req == NULL) {
+            st = TW_ERR_NOMEM;
+            goto err_unreserve;
+        }
+        *req = (tw_msg_sreq_t){.comp = {.cb = tw_msg_send_done},
+                               .cq = cq,
+                               .user = user,
+                               .tag = tag,
+                               .len = len,
+                               .dst = dst,
+                               .op = op};
+        st = tw_tl_am_zcopy(iface, dst, am_id, hdr, hdr_len, buf, len, &req->comp);
+        if (st != TW_OK) {
+            tw_free(req, sizeof(*req));
+            goto err_unreserve;
+        }
+        tw_stats_inc(msg->stats, TW_MSG_STAT_ZCOPY);
+    }
+    tw_stats_inc(msg->stats, TW_MSG_STAT_SENT);
+    tw_stats_add(msg->stats, TW_MSG_STAT_SENT_BYTES, len);
+    return TW_OK;
+
+err_unreserve:
+    tw_cq_unreserve(cq);
+    return st;
+}
+
+tw_status_t tw_msg_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,
+                        tw_cq_t *cq, void *user)
+{
+    tw_msg_hdr_t hdr = {.version = TW_MSG_PROTO_VERSION,
+                        .type = TW_MSG_TYPE_TAG,
+                        .src_thread = tw_thread_index(),
+                        .tag = tag,
+                        .len = len};
+    return tw_msg_post_send(msg, dst, TW_MSG_AM_TAG, &hdr, sizeof(hdr), buf, len, tag, TW_OP_SEND,
+                            cq, user);
+}
+
+tw_status_t tw_msg_am_send(tw_msg_t *msg, int dst, uint8_t id, const void *hdr, size_t hdr_len,
+                           const void *data, size_t len, tw_cq_t *cq, void *user)
+{
+    unsigned char wire[sizeof(tw_msg_hdr_t) + TW_AM_HDR_MAX];
+    tw_msg_hdr_t h = {.version = TW_MSG_PROTO_VERSION,
+                      .type = TW_MSG_TYPE_AM,
+                      .am_id = id,
+                      .am_hdr_len = (uint16_t)hdr_len,
+                      .src_thread = tw_thread_index(),
+                      .len = len};
+
+    if (hdr_len > TW_AM_HDR_MAX) {
+        return TW_ERR_INVALID;
+    }
+    memcpy(wire, &h, sizeof(h));
+    if (hdr_len > 0) {
+        memcpy(wire + sizeof(h), hdr, hdr_len);
+    }
+    return tw_msg_post_send(msg, dst, TW_MSG_AM_USER, wire, sizeof(h) + hdr_len, data, len, id,
+                            TW_OP_AM_SEND, cq, user);
+}
+
+/* ---- receiving ------------------------------------------------------- */
+
+/* Fill and complete a matched receive; frees @p r. Thread: any. */
+static void tw_msg_finish_recv(tw_msg_t *msg, tw_match_recv_t *r, int src, uint64_t tag,
+                               const void *data, size_t len)
+{
+    tw_completion_t c = {
+        .user = r->user, .status = TW_OK, .op = TW_OP_RECV, .peer = src, .tag = tag, .length = len};
+    size_t n = len;
+
+    if (len > r->len) {
+        n = r->len;
+        c.status = TW_ERR_TRUNCATED;
+        tw_stats_inc(msg->stats, TW_MSG_STAT_TRUNCATED);
+    }
+    if (n > 0) {
+        memcpy(r->buf, data, n);
+    }
+    tw_stats_inc(msg->stats, TW_MSG_STAT_RECVD);
+    tw_stats_add(msg->stats, TW_MSG_STAT_RECVD_BYTES, len);
+    tw_cq_push(r->cq, &c);
+    tw_free(r, sizeof(*r));
+}
+
+tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
+                        size_t len, tw_cq_t *cq, void *user)
+{
+    tw_match_recv_t *r;
+    tw_match_unexp_t *u;
+    tw_status_t st;
+
+    st = tw_cq_reserve(cq);
+    if (st != TW_OK) {
+        return st;
+    }
+    r = tw_malloc(sizeof(*r));
+    if (r == NULL) {
+        tw_cq_unreserve(cq);
+        return TW_ERR_NOMEM;
+    }
+    *r = (tw_match_recv_t){.src = src,
+                           .tag = tag,
+                           .ignore = ignore_mask,
+                           .buf = buf,
+                           .len = len,
+                           .cq = cq,
+                           .user = user};
+    u = tw_match_post(&msg->match, r);
+    if (u != NULL) {
+        tw_msg_finish_recv(msg, r, u->src, u->tag, u->data, u->len);
+        tw_match_unexp_free(u);
+    }
+    return TW_OK;
+}
+
+tw_status_t tw_msg_am_register(tw_msg_t *msg, uint8_t id, tw_am_handler_t fn, void *arg)
+{
+    tw_msg_am_entry_t *e = tw_malloc(sizeof(*e)), *expected = NULL;
+
+    if (e == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    e->fn = fn;
+    e->arg = arg;
+    if (!atomic_compare_exchange_strong_explicit(&msg->am[id], &expected, e, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        tw_free(e, sizeof(*e));
+        tw_error("msg", "active-message id %u is already registered", id);
+        return TW_ERR_INVALID;
+    }
+    return TW_OK;
+}
+
+/* A bad arrival: count it; log the first few and then every 1000th, so a
+ * hostile or broken peer cannot flood the log. */
+static void tw_msg_drop(tw_msg_t *msg, int src, const char *why)
+{
+    uint64_t n = atomic_fetch_add_explicit(&msg->drop_logged, 1, memory_order_relaxed);
+
+    tw_stats_inc(msg->stats, TW_MSG_STAT_DROPPED);
+    if (n < 16 || n % 1000 == 0) {
+        tw_warn("msg", "dropped a message from rank %d: %s (%llu dropped so far)", src, why,
+                (unsigned long long)n + 1);
+    }
+}
+
+void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
+                    const void *data, size_t len)
+{
+    tw_msg_t *msg = arg;
+    tw_msg_hdr_t h;
+
+    if ((am_id != TW_MSG_AM_TAG && am_id != TW_MSG_AM_USER) || hdr_len < sizeof(h)) {
+        tw_msg_drop(msg, src, "unknown transport am id or short header");
+        return;
+    }
+    memcpy(&h, hdr, sizeof(h));
+    if (h.version != TW_MSG_PROTO_VERSION) {
+        tw_msg_drop(msg, src, "unsupported protocol version");
+        return;
+    }
+    if (h.len != len) {
+        tw_msg_drop(msg, src, "payload length does not match the header");
+        return;
+    }
+    if (am_id == TW_MSG_AM_TAG && h.type == TW_MSG_TYPE_TAG && hdr_len == sizeof(h) &&
+        h.am_hdr_len == 0) {
+        tw_status_t st;
+        tw_match_recv_t *r = tw_match_arrive(&msg->match, src, h.tag, data, len, &st);
+        if (r != NULL) {
+            tw_msg_finish_recv(msg, r, src, h.tag, data, len);
+        } else if (st == TW_OK) {
+            tw_stats_inc(msg->stats, TW_MSG_STAT_UNEXPECTED);
+        } else {
+            tw_stats_inc(msg->stats, TW_MSG_STAT_DROPPED);
+        }
+    } else if (am_id == TW_MSG_AM_USER && h.type == TW_MSG_TYPE_AM &&
+               hdr_len == sizeof(h) + h.am_hdr_len && h.am_hdr_len <= TW_AM_HDR_MAX) {
+        tw_msg_am_entry_t *e = atomic_load_explicit(&msg->am[h.am_id], memory_order_acquire);
+        if (e == NULL) {
+            tw_msg_drop(msg, src, "no handler registered for its active-message id");
+            return;
+        }
+        e->fn(msg->ctx, src, (const unsigned char *)hdr + sizeof(h), h.am_hdr_len, data, len,
+              e->arg);
+        tw_stats_inc(msg->stats, TW_MSG_STAT_AM_RUN);
+    } else {
+        tw_msg_drop(msg, src, "malformed header");
+    }
+}

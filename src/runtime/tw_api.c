@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Public entry points that need the context: argument checks (every bad
+ * argument is TW_ERR_INVALID with one log line naming it), then the layer
+ * that does the work.
+ */
+#include <stdint.h>
+
+#include "core/tw_log.h"
+#include "progress/tw_cq.h"
+#include "runtime/tw_context_int.h"
+
+/* A buffer of @p len bytes at @p buf can exist: no object is larger than
+ * PTRDIFF_MAX, and it must not wrap the address space. */
+static inline bool tw_api_buf_ok(const void *buf, size_t len)
+{
+    if (len == 0) {
+        return true;
+    }
+    return buf != NULL && len <= (size_t)PTRDIFF_MAX && (uintptr_t)buf + len > (uintptr_t)buf;
+}
+
+int tw_rank(const tw_context_t *ctx)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_rank");
+    return impl != NULL ? impl->rank : -1;
+}
+
+int tw_size(const tw_context_t *ctx)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_size");
+    return impl != NULL ? impl->size : -1;
+}
+
+int tw_progress(tw_context_t *ctx)
+{
+    tw_ctx_impl_t *impl;
+    int events = 0;
+
+    /* Quietly -1 for a dead context: CQs of a finalized manual-mode
+     * context call this from tw_cq_wait. */
+    if (ctx == NULL || atomic_load_explicit(&ctx->magic, memory_order_acquire) != TW_CTX_LIVE) {
+        return -1;
+    }
+    impl = ctx->impl;
+    for (unsigned i = 0; i < impl->npe; i++) {
+        events += tw_pe_progress(impl->pes[i]);
+    }
+    return events;
+}
+
+static int tw_api_progress_cb(void *arg)
+{
+    return tw_progress(arg);
+}
+
+tw_status_t tw_cq_create(tw_context_t *ctx, unsigned depth, tw_cq_t **cq_p)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_cq_create");
+    tw_cq_params_t p;
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    if (cq_p == NULL) {
+        tw_error("api", "tw_cq_create: NULL cq_p");
+        return TW_ERR_INVALID;
+    }
+    p = (tw_cq_params_t){.depth = depth,
+                         .wait_mode = (tw_wait_mode_t)impl->cfg.wait_mode,
+                         .spin_ns = impl->cfg.spin_ns,
+                         .progress_fn = impl->manual ? tw_api_progress_cb : NULL,
+                         .progress_arg = ctx,
+                         .owner = ctx,
+                         .stats = impl->cq_stats};
+    return tw_cq_open(&p, cq_p);
+}
+
+/* Common checks of a posting call; NULL when the call must fail. */
+static tw_ctx_impl_t *tw_api_post_check(tw_context_t *ctx, const char *fn, int peer, bool any_ok,
+                                        const void *buf, size_t len, tw_cq_t *cq)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, fn);
+
+    if (impl == NULL) {
+        return NULL;
+    }
+    if (!((peer >= 0 && peer < impl->size) || (any_ok && peer == TW_ANY_SOURCE))) {
+        tw_error("api", "%s: rank %d is not in the job (size %d)", fn, peer, impl->size);
+        return NULL;
+    }
+    if (!tw_api_buf_ok(buf, len)) {
+        tw_error("api", "%s: buffer %p of %zu bytes is not a valid buffer", fn, buf, len);
+        return NULL;
+    }
+    if (cq == NULL) {
+        tw_error("api", "%s: NULL completion queue", fn);
+        return NULL;
+    }
+    if (tw_cq_owner(cq) != ctx) {
+        tw_error("api", "%s: completion queue %p belongs to another context", fn, (void *)cq);
+        return NULL;
+    }
+    return impl;
+}
+
+tw_status_t tw_send(tw_context_t *ctx, int dst, uint64_t tag, const void *buf, size_t len,
+                    tw_cq_t *cq, void *user)
+{
+    tw_ctx_impl_t *impl = tw_api_post_check(ctx, "tw_send", dst, false, buf, len, cq);
+
+    if (TW_UNLIKELY(impl == NULL)) {
+        return TW_ERR_INVALID;
+    }
+    return tw_msg_send(impl->msg, dst, tag, buf, len, cq, user);
+}
+
+tw_status_t tw_recv(tw_context_t *ctx, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
+                    size_t len, tw_cq_t *cq, void *user)
+{
+    tw_ctx_impl_t *impl = tw_api_post_check(ctx, "tw_recv", src, true, buf, len, cq);
+
+    if (TW_UNLIKELY(impl == NULL)) {
+        return TW_ERR_INVALID;
+    }
+    return tw_msg_recv(impl->msg, src, tag, ignore_mask, buf, len, cq, user);
+}
+
+tw_status_t tw_am_register(tw_context_t *ctx, uint8_t id, tw_am_handler_t fn, void *arg)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_am_register");
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    if (fn == NULL) {
+        tw_error("api", "tw_am_register: NULL handler for id %u", id);
+        return TW_ERR_INVALID;
+    }
+    return tw_msg_am_register(impl->msg, id, fn, arg);
+}
+
+tw_status_t tw_am_send(tw_context_t *ctx, int dst, uint8_t id, const void *hdr, size_t hdr_len,
+                       const void *data, size_t len, tw_cq_t *cq, void *user)
+{
+    tw_ctx_impl_t *impl = tw_api_post_check(ctx, "tw_am_send", dst, false, data, len, cq);
+
+    if (TW_UNLIKELY(impl == NULL)) {
+        return TW_ERR_INVALID;
+    }
+    if (hdr_len > TW_AM_HDR_MAX || (hdr_len > 0 && hdr == NULL)) {
+        tw_error("api", "tw_am_send: header %p of %zu bytes (at most %d)", hdr, hdr_len,
+                 TW_AM_HDR_MAX);
+        return TW_ERR_INVALID;
+    }
+    return tw_msg_am_send(impl->msg, dst, id, hdr, hdr_len, data, len, cq, user);
+}
+
+tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn, void *arg)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_set_error_handler");
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    pthread_mutex_lock(&impl->err_lock);
+    impl->err_fn = fn;
+    impl->err_arg = arg;
+    pthread_mutex_unlock(&impl->err_lock);
+    return TW_OK;
+}
+
+tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_stats_print");
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    if (out == NULL) {
+        tw_error("api", "tw_stats_print: NULL stream");
+        return TW_ERR_INVALID;
+    }
+    fprintf(out, "threadwire statistics, rank %d of %d (%s progress)\n", impl->rank, impl->size,
+            impl->manual ? "manual" : "thread");
+    for (unsigned i = 0; i < impl->npe; i++) {
+        int tid = tw_pe_tid(impl->pes[i]);
+        fprintf(out, "  progress %s: tid %d, cpus %s\n    ", tw_pe_name(impl->pes[i]), tid,
+                tw_pe_binding(impl->pes[i]));
+        tw_stats_print_group(tw_pe_stats(impl->pes[i]), out);
+    }
+    for (unsigned i = 0; i < impl->ntl; i++) {
+        fputs("  ", out);
+        tw_stats_print_group(impl->ifaces[i]->stats, out);
+    }
+    fputs("  ", out);
+    tw_stats_print_group(tw_msg_stats(impl->msg), out);
+    fputs("  ", out);
+    tw_stats_print_group(impl->cq_stats, out);
+    return TW_OK;
+}

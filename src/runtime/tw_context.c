@@ -1,0 +1,467 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Context lifecycle: configuration, joining the job, progress engines,
+ * transports and the messaging layer; finalize in reverse order.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tw_log.h"
+#include "core/tw_mem.h"
+#include "msg/tw_msg_proto.h"
+#include "progress/tw_cq.h"
+#include "runtime/tw_context_int.h"
+
+static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
+
+static const tw_cfg_entry_t tw_rt_cfg_entries[] = {
+    {.name = "TW_TRANSPORTS",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "comma-separated transports to use (self is always on); empty = every usable one",
+     .offset = offsetof(tw_rt_cfg_t, transports)},
+    {.name = "TW_PROGRESS_THREADS",
+     .type = TW_CFG_INT,
+     .defval = "-1",
+     .help = "progress threads: -1 = one per CPU socket, 0 = manual (tw_progress), N = N",
+     .offset = offsetof(tw_rt_cfg_t, progress_threads),
+     .min = -1,
+     .max = 64},
+    {.name = "TW_WAIT_MODE",
+     .type = TW_CFG_ENUM,
+     .defval = "adaptive",
+     .help = "how progress threads and tw_cq_wait wait: adaptive|spin|block",
+     .offset = offsetof(tw_rt_cfg_t, wait_mode),
+     .enum_names = tw_wait_mode_names},
+    {.name = "TW_RELIABLE",
+     .type = TW_CFG_BOOL,
+     .defval = "0",
+     .help = "reliability layer (checksums, acks, retransmission): not in this build yet",
+     .offset = offsetof(tw_rt_cfg_t, reliable)},
+    {.name = "TW_SPIN_TIME",
+     .type = TW_CFG_DURATION,
+     .defval = "50us",
+     .help = "adaptive waiting: how long to poll before sleeping (ns|us|ms|s)",
+     .offset = offsetof(tw_rt_cfg_t, spin_ns)},
+    {.name = "TW_EAGER_LIMIT",
+     .type = TW_CFG_SIZE,
+     .defval = "8k",
+     .help = "largest payload sent by copy (completes at once); larger ones go zero-copy",
+     .offset = offsetof(tw_rt_cfg_t, eager_limit),
+     .min = 0,
+     .max = 65536},
+    {.name = "TW_MATCH_BUCKETS",
+     .type = TW_CFG_UINT64,
+     .defval = "64",
+     .help = "hash buckets of the tag-matching engine (power of two)",
+     .offset = offsetof(tw_rt_cfg_t, match_buckets),
+     .min = 1,
+     .max = 65536},
+    {.name = "TW_PROGRESS_RING",
+     .type = TW_CFG_UINT64,
+     .defval = "1024",
+     .help = "commands each thread's submission lane to a progress thread holds (power of two)",
+     .offset = offsetof(tw_rt_cfg_t, pe_ring_depth),
+     .min = 64,
+     .max = 1048576},
+};
+
+const tw_cfg_table_t tw_rt_cfg_table = {
+    .module = "runtime",
+    .entries = tw_rt_cfg_entries,
+    .count = TW_ARRAY_SIZE(tw_rt_cfg_entries),
+};
+
+const tw_cfg_table_t *const tw_cfg_all_tables[] = {&tw_core_cfg_table, &tw_rt_cfg_table};
+const size_t tw_cfg_all_tables_count = TW_ARRAY_SIZE(tw_cfg_all_tables);
+
+/* ---- context shells -------------------------------------------------- */
+
+static pthread_mutex_t tw_shell_lock = PTHREAD_MUTEX_INITIALIZER;
+static tw_context_t *tw_shells; /* every shell ever made; guarded by tw_shell_lock */
+
+static tw_context_t *tw_shell_get(void)
+{
+    tw_context_t *c;
+
+    pthread_mutex_lock(&tw_shell_lock);
+    for (c = tw_shells; c != NULL; c = c->next) {
+        if (atomic_load_explicit(&c->magic, memory_order_relaxed) == TW_CTX_DEAD) {
+            break;
+        }
+    }
+    if (c == NULL) {
+        c = calloc(1, sizeof(*c)); /* libc: must outlive any jemalloc arena use */
+        if (c != NULL) {
+            c->next = tw_shells;
+            tw_shells = c;
+        }
+    }
+    if (c != NULL) {
+        /* Claimed: not DEAD (so no one else takes it), not yet LIVE. */
+        atomic_store_explicit(&c->magic, 0, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&tw_shell_lock);
+    return c;
+}
+
+static void tw_shell_put(tw_context_t *c)
+{
+    pthread_mutex_lock(&tw_shell_lock);
+    c->impl = NULL;
+    atomic_store_explicit(&c->magic, TW_CTX_DEAD, memory_order_release);
+    pthread_mutex_unlock(&tw_shell_lock);
+}
+
+__attribute__((destructor)) static void tw_shells_free(void)
+{
+    pthread_mutex_lock(&tw_shell_lock);
+    for (tw_context_t *c = tw_shells, *next; c != NULL; c = next) {
+        next = c->next;
+        if (atomic_load_explicit(&c->magic, memory_order_relaxed) != TW_CTX_LIVE) {
+            free(c); /* live contexts were never finalized: keep them valid */
+        }
+    }
+    tw_shells = NULL;
+    pthread_mutex_unlock(&tw_shell_lock);
+}
+
+tw_ctx_impl_t *tw_ctx_get(const tw_context_t *ctx, const char *fn)
+{
+    if (TW_UNLIKELY(ctx == NULL)) {
+        tw_error("api", "%s: NULL context", fn);
+        return NULL;
+    }
+    if (TW_UNLIKELY(atomic_load_explicit(&((tw_context_t *)ctx)->magic, memory_order_acquire) !=
+                    TW_CTX_LIVE)) {
+        tw_error("api", "%s: context %p is finalized or not a context", fn, (const void *)ctx);
+        return NULL;
+    }
+    return ctx->impl;
+}
+
+/* ---- configuration --------------------------------------------------- */
+
+void tw_config_init(tw_config_t *cfg)
+{
+    if (cfg == NULL) {
+        return;
+    }
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->size = sizeof(*cfg);
+    cfg->transports = NULL;
+    cfg->progress_threads = -1;
+    cfg->wait_mode = TW_WAIT_ADAPTIVE;
+    cfg->reliable = false;
+}
+
+static tw_status_t tw_ctx_configure(const tw_config_t *user, tw_rt_cfg_t *rc)
+{
+    tw_config_t cfg;
+
+    tw_config_init(&cfg);
+    if (user != NULL) {
+        if (user->size < offsetof(tw_config_t, transports) || user->size > 4096) {
+            tw_error("init", "tw_config_t.size is %zu: call tw_config_init first", user->size);
+            return TW_ERR_INVALID;
+        }
+        memcpy(&cfg, user, TW_MIN(user->size, sizeof(cfg)));
+    }
+    tw_cfg_set_defaults(&tw_rt_cfg_table, rc);
+    if (cfg.transports != NULL) {
+        if (strlen(cfg.transports) >= sizeof(rc->transports)) {
+            tw_error("init", "tw_config_t.transports is too long");
+            return TW_ERR_INVALID;
+        }
+        strcpy(rc->transports, cfg.transports);
+    }
+    if (cfg.progress_threads < -1 || cfg.progress_threads > 64) {
+        tw_error("init", "tw_config_t.progress_threads %d is out of range -1..64",
+                 cfg.progress_threads);
+        return TW_ERR_INVALID;
+    }
+    if ((unsigned)cfg.wait_mode > TW_WAIT_BLOCK) {
+        tw_error("init", "tw_config_t.wait_mode %d is not a tw_wait_mode_t", (int)cfg.wait_mode);
+        return TW_ERR_INVALID;
+    }
+    rc->progress_threads = cfg.progress_threads;
+    rc->wait_mode = (int)cfg.wait_mode;
+    rc->reliable = cfg.reliable;
+    /* The environment overrides the caller's configuration. */
+    tw_core_cfg_t core;
+    tw_cfg_set_defaults(&tw_core_cfg_table, &core);
+    if (tw_cfg_apply_env(&tw_core_cfg_table, &core) != TW_OK ||
+        tw_cfg_apply_env(&tw_rt_cfg_table, rc) != TW_OK) {
+        return TW_ERR_INVALID;
+    }
+    tw_log_set_level((tw_log_level_t)core.log_level);
+    tw_cfg_warn_unknown(tw_cfg_all_tables, tw_cfg_all_tables_count);
+    if ((rc->match_buckets & (rc->match_buckets - 1)) != 0) {
+        tw_error("init", "TW_MATCH_BUCKETS=%llu is not a power of two",
+                 (unsigned long long)rc->match_buckets);
+        return TW_ERR_INVALID;
+    }
+    if ((rc->pe_ring_depth & (rc->pe_ring_depth - 1)) != 0) {
+        tw_error("init", "TW_PROGRESS_RING=%llu is not a power of two",
+                 (unsigned long long)rc->pe_ring_depth);
+        return TW_ERR_INVALID;
+    }
+    if (rc->reliable) {
+        tw_error("init", "reliability (TW_RELIABLE / tw_config_t.reliable) is not available in "
+                         "this build yet");
+        return TW_ERR_UNSUPPORTED;
+    }
+    return TW_OK;
+}
+
+/* Which job are we in? Without a launcher: a job of one. Refuse to run
+ * alone when another launcher evidently started several processes. */
+static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
+{
+    static const char *const foreign[] = {"SLURM_STEP_NUM_TASKS", "PMI_SIZE",
+                                          "OMPI_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < TW_ARRAY_SIZE(foreign); i++) {
+        const char *v = getenv(foreign[i]);
+        if (v != NULL && strtol(v, NULL, 10) > 1) {
+            tw_error("init",
+                     "%s=%s says this job has several processes, but this build of "
+                     "threadwire can only join its own launcher (twrun) or run alone; "
+                     "unset %s to run a job of one",
+                     foreign[i], v, foreign[i]);
+            return TW_ERR_BOOTSTRAP;
+        }
+    }
+    impl->rank = 0;
+    impl->size = 1;
+    return TW_OK;
+}
+
+/* Checks TW_TRANSPORTS / cfg.transports names: every name must be known;
+ * names of transports not in this build are TW_ERR_UNSUPPORTED. */
+static tw_status_t tw_ctx_check_transports(const char *list)
+{
+    static const char *const later[] = {"shm", "tcp", "verbs", "lossy"};
+    char buf[TW_CFG_STRLEN];
+    char *save = NULL;
+
+    strcpy(buf, list);
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+        if (tw_tl_find(t) != NULL) {
+            continue;
+        }
+        for (size_t i = 0; i < TW_ARRAY_SIZE(later); i++) {
+            if (strcmp(t, later[i]) == 0) {
+                tw_error("init", "transport '%s' is not available in this build", t);
+                return TW_ERR_UNSUPPORTED;
+            }
+        }
+        tw_error("init", "unknown transport '%s' in TW_TRANSPORTS (known: self)", t);
+        return TW_ERR_INVALID;
+    }
+    return TW_OK;
+}
+
+static tw_status_t tw_ctx_start_engines(tw_ctx_impl_t *impl)
+{
+    int n = impl->cfg.progress_threads;
+    int npkg = tw_topo_num_packages();
+
+    impl->manual = (n == 0);
+    if (n < 0) {
+        n = npkg;
+    }
+    if (n == 0) {
+        n = 1; /* manual mode: one engine, driven by tw_progress */
+    }
+    impl->pes = tw_calloc((size_t)n, sizeof(*impl->pes));
+    if (impl->pes == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "socket%d", i % npkg);
+        if (n > npkg) {
+            snprintf(name, sizeof(name), "socket%d.%d", i % npkg, i / npkg);
+        }
+        tw_pe_params_t p = {.name = name,
+                            .thread = !impl->manual,
+                            .wait_mode = (tw_wait_mode_t)impl->cfg.wait_mode,
+                            .spin_ns = impl->cfg.spin_ns,
+                            .bind_package = impl->manual ? -1 : i % npkg,
+                            .ring_depth = (unsigned)impl->cfg.pe_ring_depth};
+        tw_status_t st = tw_pe_create(&p, &impl->pes[i]);
+        if (st != TW_OK) {
+            return st;
+        }
+        impl->npe++;
+    }
+    return TW_OK;
+}
+
+static int tw_ctx_iface_progress(void *arg)
+{
+    return tw_tl_progress(arg);
+}
+
+static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
+{
+    /* This build has the self transport only: a job of one process. */
+    const tw_tl_ops_t *ops = tw_tl_find("self");
+    tw_tl_params_t p = {.rank = impl->rank,
+                        .size = impl->size,
+                        .pe = impl->pes[0],
+                        .recv = tw_msg_recv_cb,
+                        .recv_arg = impl->msg,
+                        .inline_am_ids = 1ull << TW_MSG_AM_TAG};
+    tw_tl_iface_t *iface;
+    tw_status_t st;
+
+    st = ops->iface_open(&p, &iface);
+    if (st != TW_OK) {
+        tw_error("init", "cannot open transport %s: %s", ops->name, tw_strerror(st));
+        return st;
+    }
+    impl->ifaces[impl->ntl++] = iface;
+    st = tw_pe_add(impl->pes[0], tw_ctx_iface_progress, iface, -1);
+    if (st != TW_OK) {
+        return st;
+    }
+    for (int peer = 0; peer < impl->size; peer++) {
+        if (ops->reachable(iface, peer)) {
+            tw_msg_set_route(impl->msg, peer, iface);
+        }
+    }
+    return TW_OK;
+}
+
+/* Run every engine until a whole pass finds nothing to do. Called with
+ * the engine threads stopped: delivers what is still in flight. */
+static void tw_ctx_drain(tw_ctx_impl_t *impl)
+{
+    int events;
+    do {
+        events = 0;
+        for (unsigned i = 0; i < impl->npe; i++) {
+            events += tw_pe_progress(impl->pes[i]);
+        }
+    } while (events > 0);
+}
+
+static void tw_ctx_teardown(tw_ctx_impl_t *impl)
+{
+    for (unsigned i = 0; i < impl->npe; i++) {
+        tw_pe_stop(impl->pes[i]);
+    }
+    if (impl->npe > 0) {
+        tw_ctx_drain(impl);
+    }
+    if (impl->msg != NULL) {
+        tw_msg_destroy(impl->msg);
+    }
+    for (unsigned i = 0; i < impl->ntl; i++) {
+        impl->ifaces[i]->ops->iface_close(impl->ifaces[i]);
+    }
+    for (unsigned i = 0; i < impl->npe; i++) {
+        tw_pe_destroy(impl->pes[i]);
+    }
+    if (impl->pes != NULL) {
+        tw_free(impl->pes, (size_t)impl->npe * sizeof(*impl->pes));
+    }
+    if (impl->cq_stats != NULL) {
+        tw_stats_destroy(impl->cq_stats);
+    }
+    pthread_mutex_destroy(&impl->err_lock);
+    tw_free(impl, sizeof(*impl));
+}
+
+tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
+{
+    tw_context_t *ctx;
+    tw_ctx_impl_t *impl;
+    tw_status_t st;
+
+    if (ctx_p == NULL) {
+        tw_error("init", "tw_init: NULL ctx_p");
+        return TW_ERR_INVALID;
+    }
+    impl = tw_calloc(1, sizeof(*impl));
+    if (impl == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    pthread_mutex_init(&impl->err_lock, NULL);
+    st = tw_ctx_configure(cfg, &impl->cfg);
+    if (st != TW_OK) {
+        goto err_teardown;
+    }
+    if (impl->cfg.transports[0] != '\0') {
+        st = tw_ctx_check_transports(impl->cfg.transports);
+        if (st != TW_OK) {
+            goto err_teardown;
+        }
+    }
+    st = tw_ctx_join(impl);
+    if (st != TW_OK) {
+        goto err_teardown;
+    }
+    tw_log_set_rank(impl->rank);
+    impl->cq_stats = tw_stats_create("cq", tw_cq_stat_descs, TW_CQ_STAT_COUNT);
+    if (impl->cq_stats == NULL) {
+        st = TW_ERR_NOMEM;
+        goto err_teardown;
+    }
+    st = tw_ctx_start_engines(impl);
+    if (st != TW_OK) {
+        goto err_teardown;
+    }
+    ctx = tw_shell_get();
+    if (ctx == NULL) {
+        st = TW_ERR_NOMEM;
+        goto err_teardown;
+    }
+    tw_msg_params_t mp = {.rank = impl->rank,
+                          .size = impl->size,
+                          .ctx = ctx,
+                          .eager_limit = impl->cfg.eager_limit,
+                          .match_buckets = (unsigned)impl->cfg.match_buckets};
+    st = tw_msg_create(&mp, &impl->msg);
+    if (st != TW_OK) {
+        goto err_shell;
+    }
+    st = tw_ctx_open_transports(impl);
+    if (st != TW_OK) {
+        goto err_shell;
+    }
+    for (unsigned i = 0; i < impl->npe; i++) {
+        st = tw_pe_start(impl->pes[i]);
+        if (st != TW_OK) {
+            goto err_shell;
+        }
+    }
+    ctx->impl = impl;
+    atomic_store_explicit(&ctx->magic, TW_CTX_LIVE, memory_order_release);
+    tw_debug("init", "rank %d of %d, %u progress engine(s)%s", impl->rank, impl->size, impl->npe,
+             impl->manual ? " in manual mode" : "");
+    *ctx_p = ctx;
+    return TW_OK;
+
+err_shell:
+    tw_shell_put(ctx);
+err_teardown:
+    tw_ctx_teardown(impl);
+    return st;
+}
+
+tw_status_t tw_finalize(tw_context_t *ctx)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_finalize");
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    /* Dead first: a stray call from now on is refused, not a crash. */
+    atomic_store_explicit(&ctx->magic, 0, memory_order_release);
+    tw_ctx_teardown(impl);
+    tw_shell_put(ctx);
+    return TW_OK;
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/* Transport registry, shared stub operations and iface base helpers. */
+#include "transports/base/tw_tl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/tw_log.h"
+
+extern const tw_tl_ops_t tw_self_ops;
+
+const tw_tl_ops_t *const tw_tl_all[] = {&tw_self_ops, NULL};
+
+const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT] = {
+    [TW_TL_STAT_TX_MSGS] = {"tx_msgs", TW_STAT_COUNTER},
+    [TW_TL_STAT_TX_BYTES] = {"tx_bytes", TW_STAT_COUNTER},
+    [TW_TL_STAT_RX_MSGS] = {"rx_msgs", TW_STAT_COUNTER},
+    [TW_TL_STAT_RX_BYTES] = {"rx_bytes", TW_STAT_COUNTER},
+    [TW_TL_STAT_AGAIN] = {"again", TW_STAT_COUNTER},
+};
+
+const tw_tl_ops_t *tw_tl_find(const char *name)
+{
+    for (size_t i = 0; tw_tl_all[i] != NULL; i++) {
+        if (strcmp(tw_tl_all[i]->name, name) == 0) {
+            return tw_tl_all[i];
+        }
+    }
+    return NULL;
+}
+
+tw_status_t tw_tl_stub_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                                size_t hdr_len, const void *data, size_t len)
+{
+    (void)iface, (void)peer, (void)am_id, (void)hdr, (void)hdr_len, (void)data, (void)len;
+    return TW_ERR_UNSUPPORTED;
+}
+
+tw_status_t tw_tl_stub_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                                size_t hdr_len, const void *data, size_t len, tw_tl_comp_t *comp)
+{
+    (void)iface, (void)peer, (void)am_id, (void)hdr, (void)hdr_len, (void)data, (void)len;
+    (void)comp;
+    return TW_ERR_UNSUPPORTED;
+}
+
+tw_status_t tw_tl_stub_put_zcopy(tw_tl_iface_t *iface, int peer, const void *src, size_t len,
+                                 uint64_t raddr, const void *rkey, tw_tl_comp_t *comp)
+{
+    (void)iface, (void)peer, (void)src, (void)len, (void)raddr, (void)rkey, (void)comp;
+    return TW_ERR_UNSUPPORTED;
+}
+
+tw_status_t tw_tl_stub_get_zcopy(tw_tl_iface_t *iface, int peer, void *dst, size_t len,
+                                 uint64_t raddr, const void *rkey, tw_tl_comp_t *comp)
+{
+    (void)iface, (void)peer, (void)dst, (void)len, (void)raddr, (void)rkey, (void)comp;
+    return TW_ERR_UNSUPPORTED;
+}
+
+tw_status_t tw_tl_stub_flush(tw_tl_iface_t *iface, int peer, tw_tl_comp_t *comp)
+{
+    (void)iface, (void)peer, (void)comp;
+    return TW_ERR_UNSUPPORTED;
+}
+
+int tw_tl_stub_progress(tw_tl_iface_t *iface)
+{
+    (void)iface;
+    return 0;
+}
+
+bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
+{
+    const struct {
+        uint32_t cap;
+        bool stub;
+    } slots[] = {
+        {TW_TL_CAP_AM_SHORT, ops->am_short == tw_tl_stub_am_short},
+        {TW_TL_CAP_AM_ZCOPY, ops->am_zcopy == tw_tl_stub_am_zcopy},
+        {TW_TL_CAP_PUT, ops->put_zcopy == tw_tl_stub_put_zcopy},
+        {TW_TL_CAP_GET, ops->get_zcopy == tw_tl_stub_get_zcopy},
+        {TW_TL_CAP_FLUSH, ops->flush == tw_tl_stub_flush},
+    };
+    if (ops->name == NULL || ops->query == NULL || ops->iface_open == NULL ||
+        ops->iface_close == NULL || ops->reachable == NULL || ops->am_short == NULL ||
+        ops->am_zcopy == NULL || ops->put_zcopy == NULL || ops->get_zcopy == NULL ||
+        ops->flush == NULL || ops->progress == NULL) {
+        return false;
+    }
+    for (size_t i = 0; i < TW_ARRAY_SIZE(slots); i++) {
+        bool advertised = (ops->caps & slots[i].cap) != 0;
+        if (advertised == slots[i].stub) {
+            return false;
+        }
+    }
+    return true;
+}
+
+tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
+                             const tw_tl_params_t *params, const tw_tl_attr_t *attr)
+{
+    char name[64];
+
+    snprintf(name, sizeof(name), "tl:%s", ops->name);
+    iface->stats = tw_stats_create(name, tw_tl_stat_descs, TW_TL_STAT_COUNT);
+    if (iface->stats == NULL) {
+        tw_error("transport", "%s: cannot allocate counters", ops->name);
+        return TW_ERR_NOMEM;
+    }
+    iface->ops = ops;
+    iface->pe = params->pe;
+    iface->attr = *attr;
+    iface->rank = params->rank;
+    iface->size = params->size;
+    iface->recv = params->recv;
+    iface->recv_arg = params->recv_arg;
+    iface->inline_am_ids = params->inline_am_ids;
+    return TW_OK;
+}
+
+void tw_tl_iface_cleanup(tw_tl_iface_t *iface)
+{
+    tw_stats_destroy(iface->stats);
+    iface->stats = NULL;
+}

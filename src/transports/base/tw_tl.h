@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * The transport ops table: what every transport (self, shm, tcp, verbs,
+ * lossy) offers the layers above. Transports move active messages --
+ * (am_id, header bytes, payload) -- to a peer rank and report completions
+ * and arrivals through callbacks; they know nothing of tags, matching or
+ * reliability.
+ *
+ * Send flavours:
+ *   am_short  header + payload copied before return (<= attr.max_short);
+ *             the buffers are reusable at once, nothing completes later;
+ *   am_zcopy  the payload is referenced until comp->cb runs (on the
+ *             iface's progress engine);
+ *   put/get/flush  one-sided, for transports with capability bits set.
+ * Every slot is filled: operations a transport lacks point at the shared
+ * stubs in tw_tl.c (TW_ERR_UNSUPPORTED), and its caps say so; a unit test
+ * checks caps against non-stub slots. Tables are `static const`.
+ *
+ * Back-pressure is TW_ERR_AGAIN (no ring slot, no credit): the caller
+ * retries after progress; nothing is queued behind its back.
+ *
+ * Threads: am_short / am_zcopy / put / get / flush -- any thread.
+ * progress and every callback -- the iface's progress engine owner, except
+ * arrivals of params.inline_am_ids (and their zcopy completions), which a
+ * transport may deliver on the sending thread.
+ */
+#ifndef TW_TL_H
+#define TW_TL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tw_stats.h"
+#include "progress/tw_pe.h"
+#include "threadwire/threadwire.h"
+
+typedef struct tw_tl_iface tw_tl_iface_t;
+typedef struct tw_tl_ops tw_tl_ops_t;
+
+/** Local completion of a zero-copy operation. Embed it in the request;
+ * cb runs exactly once, on the progress engine owner. */
+typedef struct tw_tl_comp tw_tl_comp_t;
+struct tw_tl_comp {
+    void (*cb)(tw_tl_comp_t *comp, tw_status_t status);
+};
+
+/** Arrival of an active message. @p hdr and @p data are valid only during
+ * the call; lengths are what the wire carried (the upper layer checks its
+ * own header). Thread: progress engine owner. */
+typedef void (*tw_tl_recv_fn_t)(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
+                                const void *data, size_t len);
+
+enum {
+    TW_TL_CAP_AM_SHORT = 1u << 0,
+    TW_TL_CAP_AM_ZCOPY = 1u << 1,
+    TW_TL_CAP_PUT = 1u << 2,
+    TW_TL_CAP_GET = 1u << 3,
+    TW_TL_CAP_FLUSH = 1u << 4
+};
+
+typedef struct tw_tl_params {
+    int rank;
+    int size;
+    tw_pe_t *pe;          /* the engine that drives this iface */
+    tw_tl_recv_fn_t recv; /* arrivals */
+    void *recv_arg;
+    /* Bit i set: arrivals of am id i run no user code, so a transport that
+     * can (self) may deliver them on the sending thread instead of the
+     * engine -- in send order, since one thread sends them one by one. */
+    uint64_t inline_am_ids;
+} tw_tl_params_t;
+
+typedef struct tw_tl_attr {
+    size_t max_short; /* am_short: header + payload */
+    size_t max_hdr;   /* am_zcopy header */
+    size_t max_zcopy; /* am_zcopy payload */
+} tw_tl_attr_t;
+
+/** Base of every iface; a transport's own struct has it first as `super`. */
+struct tw_tl_iface {
+    const tw_tl_ops_t *ops;
+    tw_pe_t *pe;
+    tw_stats_t *stats; /* tw_tl_stat_descs layout */
+    tw_tl_attr_t attr;
+    int rank;
+    int size;
+    tw_tl_recv_fn_t recv;
+    void *recv_arg;
+    uint64_t inline_am_ids;
+};
+
+enum {
+    TW_TL_STAT_TX_MSGS,
+    TW_TL_STAT_TX_BYTES,
+    TW_TL_STAT_RX_MSGS,
+    TW_TL_STAT_RX_BYTES,
+    TW_TL_STAT_AGAIN,
+    TW_TL_STAT_COUNT
+};
+extern const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT];
+
+struct tw_tl_ops {
+    const char *name;
+    uint32_t caps;
+    /** Usable on this host? On failure fill @p why. Thread: any. */
+    tw_status_t (*query)(char *why, size_t why_len);
+    tw_status_t (*iface_open)(const tw_tl_params_t *params, tw_tl_iface_t **iface_p);
+    /** Close after the engine stopped; in-flight zcopy ops complete with
+     * TW_ERR_CANCELED (or are delivered) before it returns. */
+    void (*iface_close)(tw_tl_iface_t *iface);
+    bool (*reachable)(tw_tl_iface_t *iface, int peer);
+    tw_status_t (*am_short)(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                            size_t hdr_len, const void *data, size_t len);
+    tw_status_t (*am_zcopy)(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                            size_t hdr_len, const void *data, size_t len, tw_tl_comp_t *comp);
+    tw_status_t (*put_zcopy)(tw_tl_iface_t *iface, int peer, const void *src, size_t len,
+                             uint64_t raddr, const void *rkey, tw_tl_comp_t *comp);
+    tw_status_t (*get_zcopy)(tw_tl_iface_t *iface, int peer, void *dst, size_t len, uint64_t raddr,
+                             const void *rkey, tw_tl_comp_t *comp);
+    tw_status_t (*flush)(tw_tl_iface_t *iface, int peer, tw_tl_comp_t *comp);
+    /** Returns events handled. Thread: engine owner. */
+    int (*progress)(tw_tl_iface_t *iface);
+};
+
+/* Shared stubs for slots a transport does not implement. */
+tw_status_t tw_tl_stub_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                                size_t hdr_len, const void *data, size_t len);
+tw_status_t tw_tl_stub_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                                size_t hdr_len, const void *data, size_t len, tw_tl_comp_t *comp);
+tw_status_t tw_tl_stub_put_zcopy(tw_tl_iface_t *iface, int peer, const void *src, size_t len,
+                                 uint64_t raddr, const void *rkey, tw_tl_comp_t *comp);
+tw_status_t tw_tl_stub_get_zcopy(tw_tl_iface_t *iface, int peer, void *dst, size_t len,
+                                 uint64_t raddr, const void *rkey, tw_tl_comp_t *comp);
+tw_status_t tw_tl_stub_flush(tw_tl_iface_t *iface, int peer, tw_tl_comp_t *comp);
+int tw_tl_stub_progress(tw_tl_iface_t *iface);
+
+/** Fill the base part of an iface (called by a transport's iface_open). */
+tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
+                             const tw_tl_params_t *params, const tw_tl_attr_t *attr);
+void tw_tl_iface_cleanup(tw_tl_iface_t *iface);
+
+/** Every transport compiled in, NULL-terminated. */
+extern const tw_tl_ops_t *const tw_tl_all[];
+const tw_tl_ops_t *tw_tl_find(const char *name);
+/** True when slot and capability bits agree (unit test, debug checks). */
+bool tw_tl_caps_consistent(const tw_tl_ops_t *ops);
+
+/* Dispatch wrappers: the only way upper layers call a transport. */
+static inline tw_status_t tw_tl_am_short(tw_tl_iface_t *i, int peer, uint8_t id, const void *h,
+                                         size_t hl, const void *d, size_t l)
+{
+    return i->ops->am_short(i, peer, id, h, hl, d, l);
+}
+static inline tw_status_t tw_tl_am_zcopy(tw_tl_iface_t *i, int peer, uint8_t id, const void *h,
+                                         size_t hl, const void *d, size_t l, tw_tl_comp_t *c)
+{
+    return i->ops->am_zcopy(i, peer, id, h, hl, d, l, c);
+}
+static inline int tw_tl_progress(tw_tl_iface_t *i)
+{
+    return i->ops->progress(i);
+}
+
+#endif /* TW_TL_H */
