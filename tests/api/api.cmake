@@ -1,0 +1,9 @@
+# Public-API tests: they link the shared library, as applications do.
+foreach(_mode thread manual)
+  tw_add_test(NAME api_basic SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_api_basic.c
+              LABELS api TIMEOUT 120 ARGS ${_mode})
+endforeach()
+tw_add_test(NAME api_badargs SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_api_badargs.c
+            LABELS api TIMEOUT 60)
+tw_add_test(NAME api_cycles SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_api_cycles.c
+            LABELS api TIMEOUT 300)

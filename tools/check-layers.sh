@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# Dependencies point one way: core <- progress <- transports <- msg,
+# reliability <- shmem, runtime. A module may include its own headers and
+# those of lower layers only; ConcurrencyKit only from src/progress.
+set -euo pipefail
+cd "$(dirname "$0")/../src"
+rank() {
+  case $1 in
+    core) echo 0 ;; progress) echo 1 ;; transports) echo 2 ;;
+    msg | reliability) echo 3 ;; shmem | runtime) echo 4 ;; *) echo -1 ;;
+  esac
+}
+bad=0
+for f in $(find . -name '*.[ch]'); do
+  mod=$(echo "$f" | cut -d/ -f2)
+  mine=$(rank "$mod")
+  while IFS= read -r inc; do
+    dep=${inc%%/*}
+    r=$(rank "$dep")
+    [ "$r" -lt 0 ] && continue
+    if [ "$dep" != "$mod" ] && [ "$r" -ge "$mine" ]; then
+      echo "layering: $f includes $inc ($mod may not depend on $dep)"
+      bad=1
+    fi
+  done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
+  if [ "$mod" != progress ] && grep -q '^#include <ck_' "$f"; then
+    echo "layering: $f includes ConcurrencyKit (only src/progress may)"
+    bad=1
+  fi
+done
+[ $bad -eq 0 ] && echo "layers: every #include points down"
+exit $bad

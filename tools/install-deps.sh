@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# Install the Debian packages threadwire needs to build, test and benchmark.
+# Idempotent: does nothing when everything is present; otherwise runs
+# apt-get update once, then installs what is missing. Needs root (or sudo).
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config clang clang-format
+  libclang-rt-14-dev
+  libck-dev libevent-dev libjemalloc-dev libhwloc-dev
+  libbenchmark-dev
+  libibverbs-dev libpmix-dev
+  util-linux
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
