@@ -193,7 +193,7 @@ static void concurrency(unsigned nbuckets)
     pthread_t st[SENDERS], pt[POSTERS];
     poster_arg_t pa[POSTERS];
 
-    g_per_sender = twt_scaled(40000, 2000) & ~(uint64_t)(2 * POSTERS - 1);
+    g_per_sender = twt_scaled(10000, 1000) & ~(uint64_t)(2 * POSTERS - 1);
     TWT_CHECK(g_per_sender < (1u << 16));
     memset(g_msg_hits, 0, sizeof(g_msg_hits));
     TWT_EQ(tw_match_init(&g_m, nbuckets), TW_OK);
