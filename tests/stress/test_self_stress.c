@@ -136,10 +136,47 @@ typedef struct worker {
     uint8_t *got[MAX_THREADS];      /* [sender][seq] */
     uint32_t *size_of[MAX_THREADS]; /* [sender][seq]: scheduled size */
     uint64_t expect_from[MAX_THREADS];
-    uint64_t received, truncated, sent, sent_posted;
+    uint64_t received, truncated, sent, sent_posted, am_sent, am_done;
 } worker_t;
 
 static worker_t g_w[MAX_THREADS];
+
+/* Active messages: every thread also sends one AM per AM_EVERY messages
+ * (small ones copied, every 4th one 16 KiB zero-copy). Handlers run on the
+ * progress engine, one at a time, so these counters are theirs alone. */
+#define AM_ID    7
+#define AM_EVERY 16
+#define AM_BIG   (16u * 1024u)
+static uint64_t g_am_seen[MAX_THREADS], g_am_bad;
+
+typedef struct am_hdr {
+    uint32_t sender;
+    uint32_t pad;
+    uint64_t seq;
+} am_hdr_t;
+
+static size_t am_len(uint64_t seq)
+{
+    return seq % 4 == 3 ? AM_BIG : (size_t)(seq % 200);
+}
+
+static void am_handler(tw_context_t *ctx, int src, const void *hdr, size_t hdr_len,
+                       const void *data, size_t len, void *arg)
+{
+    am_hdr_t h;
+    (void)ctx, (void)arg;
+    if (src != 0 || hdr_len != sizeof(h)) {
+        g_am_bad++;
+        return;
+    }
+    memcpy(&h, hdr, sizeof(h));
+    if (h.sender >= g_threads || h.seq != g_am_seen[h.sender] || len != am_len(h.seq) ||
+        !twt_verify(data, len, 0xa3000000ull ^ ((uint64_t)h.sender << 40) ^ h.seq)) {
+        g_am_bad++; /* lost, duplicated, reordered or corrupted */
+        return;
+    }
+    g_am_seen[h.sender]++;
+}
 /* g_posted[d][s]: receives d has posted for messages from s (pacing). */
 static atomic_uint_fast64_t g_posted[MAX_THREADS][MAX_THREADS];
 #define SLACK 16
@@ -192,6 +229,14 @@ static void plan_receives(worker_t *w)
 static void check_completion(worker_t *w, const tw_completion_t *c, recv_slot_t *rs,
                              send_slot_t *ss)
 {
+    if (c->op == TW_OP_AM_SEND) {
+        TWT_CHECKF(c->status == TW_OK, "am status %s", tw_strerror(c->status));
+        w->am_done++;
+        if (c->user != NULL) {
+            *(bool *)c->user = false; /* the zero-copy buffer is free again */
+        }
+        return;
+    }
     if (c->op == TW_OP_SEND) {
         send_slot_t *slot = c->user;
         TWT_CHECKF(c->status == TW_OK, "send status %s", tw_strerror(c->status));
@@ -261,7 +306,10 @@ static void *worker_main(void *arg)
     }
     TWT_EQ(tw_cq_create(g_ctx, CQ_DEPTH, &w->cq), TW_OK);
 
-    while (w->received < w->nplan || w->sent < g_msgs) {
+    unsigned char *am_big = malloc(AM_BIG);
+    bool am_big_busy = false;
+    TWT_CHECK(am_big != NULL);
+    while (w->received < w->nplan || w->sent < g_msgs || w->am_done < w->am_sent) {
         bool did = false;
         /* post receives into free slots, in plan order */
         for (int i = 0; i < RECV_WINDOW && next_post < w->nplan; i++) {
@@ -332,6 +380,21 @@ static void *worker_main(void *arg)
             cursor[m->dst]++;
             sent_to[m->dst]++;
             w->sent_posted++;
+            if (w->sent_posted % AM_EVERY == 0 && !am_big_busy) {
+                uint64_t q = w->am_sent;
+                am_hdr_t h = {.sender = w->id, .seq = q};
+                size_t n = am_len(q);
+                unsigned char small[200], *buf = n == AM_BIG ? am_big : small;
+                twt_fill(buf, n, 0xa3000000ull ^ ((uint64_t)w->id << 40) ^ q);
+                st = tw_am_send(g_ctx, 0, AM_ID, &h, sizeof(h), buf, n, w->cq,
+                                n == AM_BIG ? &am_big_busy : NULL);
+                if (st == TW_OK) {
+                    am_big_busy = n == AM_BIG;
+                    w->am_sent++;
+                } else {
+                    TWT_CHECKF(st == TW_ERR_AGAIN, "tw_am_send: %s", tw_strerror(st));
+                }
+            }
             did = true;
         }
         if (g_manual) {
@@ -351,6 +414,7 @@ static void *worker_main(void *arg)
         }
     }
     TWT_EQ(tw_cq_poll(w->cq, comps, 16), 0);
+    free(am_big);
     TWT_EQ(tw_cq_destroy(w->cq), TW_OK);
     for (int i = 0; i < RECV_WINDOW; i++) {
         free(rs[i].buf);
@@ -411,6 +475,7 @@ int main(int argc, char **argv)
     build_schedules();
     TWT_EQ(tw_init(&cfg, &g_ctx), TW_OK);
     TWT_EQ(tw_size(g_ctx), 1);
+    TWT_EQ(tw_am_register(g_ctx, AM_ID, am_handler, NULL), TW_OK);
 
     t0 = twt_now();
     for (unsigned i = 0; i < g_threads; i++) {
@@ -431,12 +496,22 @@ int main(int argc, char **argv)
         TWT_EQ(g_w[i].sent, g_msgs);
     }
     TWT_EQ(total_recv, (uint64_t)g_threads * g_msgs);
+    /* Every AM handled once, in order, intact, by the time finalize
+     * returns (it drains the engines). */
+    uint64_t am_total = 0;
     TWT_CHECK(total_trunc > 0);
     TWT_EQ(tw_finalize(g_ctx), TW_OK);
+    TWT_EQ(g_am_bad, 0);
+    for (unsigned i = 0; i < g_threads; i++) {
+        TWT_EQ(g_am_seen[i], g_w[i].am_sent);
+        am_total += g_am_seen[i];
+    }
+    TWT_CHECK(am_total > 0);
     printf("self stress %s/%s: %u threads x %llu msgs: %llu received intact, %llu truncated "
-           "as expected, %.2f s (%.0f msgs/s)\n",
+           "as expected, %llu active messages handled in order, %.2f s (%.0f msgs/s)\n",
            mode, wait, g_threads, (unsigned long long)g_msgs, (unsigned long long)total_recv,
-           (unsigned long long)total_trunc, dt, (double)total_recv / dt);
+           (unsigned long long)total_trunc, (unsigned long long)am_total, dt,
+           (double)total_recv / dt);
     for (unsigned i = 0; i < g_threads; i++) {
         for (unsigned s = 0; s < g_threads; s++) {
             free(g_w[i].got[s]);
