@@ -17,7 +17,8 @@
 
 #include "threadwire/threadwire.h"
 
-namespace {
+namespace
+{
 
 tw_context_t *g_ctx;
 

@@ -9,15 +9,15 @@
 #
 #   tools/check.sh [ctest args...]      e.g. tools/check.sh -L unit
 #
-# Environment: TW_BUILD_ROOT (default build/), TW_CHECK_BUILDS (default
+# Environment: TWCHECK_BUILD_ROOT (default build/), TWCHECK_BUILDS (default
 # "release tsan asan"), CI (set: -Werror).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
 tools/install-deps.sh
 
-root=${TW_BUILD_ROOT:-$src/build}
-builds=${TW_CHECK_BUILDS:-release tsan asan}
+root=${TWCHECK_BUILD_ROOT:-$src/build}
+builds=${TWCHECK_BUILDS:-release tsan asan}
 werror=OFF
 if [ -n "${CI:-}" ]; then werror=ON; fi
 mkdir -p "$root"

@@ -243,6 +243,9 @@ void *tw_cq_owner(const tw_cq_t *cq)
     return cq->owner;
 }
 
+/* How long tw_cq_destroy waits for pushes finishing their hand-over. */
+#define TW_CQ_DESTROY_GRACE_NS (10u * 1000u * 1000u)
+
 tw_status_t tw_cq_destroy(tw_cq_t *cq)
 {
     int fd;
@@ -251,9 +254,20 @@ tw_status_t tw_cq_destroy(tw_cq_t *cq)
         tw_error("cq", "tw_cq_destroy: NULL cq");
         return TW_ERR_INVALID;
     }
-    /* Acquire: pairs with the release increment that ends tw_cq_push. */
-    if (tw_cq_inflight(cq) != 0) {
-        return TW_ERR_AGAIN;
+    /* Acquire: pairs with the release increment that ends tw_cq_push. A
+     * completion can already have been polled while its producer is still
+     * in its last instructions (the wake-up), so give in-flight pushes a
+     * few milliseconds before reporting operations outstanding. */
+    tw_backoff_t b = TW_BACKOFF_INIT;
+    uint64_t until = 0;
+    while (tw_cq_inflight(cq) != 0) {
+        uint64_t now = tw_time_ns();
+        if (until == 0) {
+            until = now + TW_CQ_DESTROY_GRACE_NS;
+        } else if (now >= until) {
+            return TW_ERR_AGAIN;
+        }
+        tw_backoff_wait(&b);
     }
     fd = atomic_load_explicit(&cq->efd, memory_order_acquire);
     if (fd >= 0) {

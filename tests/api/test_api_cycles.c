@@ -7,6 +7,7 @@
  * (LeakSanitizer checks the bytes in the Asan build).
  *   test_api_cycles [CYCLES]
  */
+#include <sched.h>
 #include <string.h>
 
 #include "threadwire/threadwire.h"
@@ -62,6 +63,11 @@ int main(int argc, char **argv)
         }
         TWT_EQ(got, 2);
         TWT_EQ(tw_cq_destroy(cq), TW_OK);
+        /* A joined thread can linger in /proc for a moment after its
+         * join returns (the kernel reaps it just after waking the joiner). */
+        for (double t0 = twt_now(); twt_thread_count() != threads0 && twt_now() - t0 < 2;) {
+            sched_yield();
+        }
         TWT_EQ(twt_thread_count(), threads0);
         TWT_EQ(twt_fd_count(), fds0);
     }

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define TWT_SKIP 77
+#define TWT_SKIP          77
 #define TWT_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #define TWT_CHECK(cond)                                                     \
