@@ -227,6 +227,7 @@ static tw_match_unexp_t *tw_match_post_exact(tw_match_t *m, tw_match_recv_t *r)
     tw_match_unexp_t *u, *prev = NULL;
 
     tw_spinlock_lock(&b->lock);
+    r->seq = atomic_fetch_add_explicit(&m->post_seq, 1, memory_order_relaxed);
     u = tw_match_find_unexp(b, r, UINT64_MAX, &prev);
     if (u != NULL) {
         tw_match_unlink_unexp(b, prev, u);
@@ -234,7 +235,6 @@ static tw_match_unexp_t *tw_match_post_exact(tw_match_t *m, tw_match_recv_t *r)
         atomic_fetch_sub_explicit(&m->n_unexp, 1, memory_order_relaxed);
         return u;
     }
-    r->seq = atomic_fetch_add_explicit(&m->post_seq, 1, memory_order_relaxed);
     tw_match_append_recv(&b->posted_head, &b->posted_tail, r);
     tw_spinlock_unlock(&b->lock);
     return NULL;
@@ -245,6 +245,7 @@ static tw_match_unexp_t *tw_match_post_wild(tw_match_t *m, tw_match_recv_t *r)
     tw_match_unexp_t *found = NULL;
 
     pthread_mutex_lock(&m->wild_lock);
+    r->seq = atomic_fetch_add_explicit(&m->post_seq, 1, memory_order_relaxed);
     /* Announce first: arrivals from here on take the slow path. */
     atomic_fetch_add_explicit(&m->n_wild, 1, memory_order_seq_cst);
     for (;;) {
@@ -287,7 +288,6 @@ static tw_match_unexp_t *tw_match_post_wild(tw_match_t *m, tw_match_recv_t *r)
     if (found != NULL) {
         atomic_fetch_sub_explicit(&m->n_wild, 1, memory_order_relaxed);
     } else {
-        r->seq = atomic_fetch_add_explicit(&m->post_seq, 1, memory_order_relaxed);
         tw_match_append_recv(&m->wild_head, &m->wild_tail, r);
     }
     pthread_mutex_unlock(&m->wild_lock);

@@ -22,7 +22,7 @@
  * is returned by tw_match_post/arrive/cleanup. */
 typedef struct tw_match_recv {
     struct tw_match_recv *next;
-    uint64_t seq; /* post order, set by the engine */
+    uint64_t seq; /* post order, set by the engine when posted (matched or not) */
     int src;      /* rank or TW_ANY_SOURCE */
     uint64_t tag;
     uint64_t ignore; /* tag bits that do not take part in the match */

@@ -44,6 +44,9 @@ int tw_progress(tw_context_t *ctx)
         return -1;
     }
     impl = ctx->impl;
+    if (!impl->manual) {
+        return 0; /* progress threads own their engines (and run AM handlers) */
+    }
     for (unsigned i = 0; i < impl->npe; i++) {
         events += tw_pe_progress(impl->pes[i]);
     }
