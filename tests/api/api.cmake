@@ -7,3 +7,11 @@ tw_add_test(NAME api_badargs SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_api_badargs.
             LABELS api TIMEOUT 60)
 tw_add_test(NAME api_cycles SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_api_cycles.c
             LABELS api TIMEOUT 300)
+# The README's main job, small: both progress modes, checksums verified.
+foreach(_mode thread manual)
+  add_test(NAME ${TW_TEST_PREFIX}demo:${_mode}
+           COMMAND tw_demo -t 4 -n 20000 -m ${_mode})
+  set_tests_properties(${TW_TEST_PREFIX}demo:${_mode} PROPERTIES
+    LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}"
+    PASS_REGULAR_EXPRESSION "all intact")
+endforeach()
