@@ -47,7 +47,7 @@
         }                                                                                        \
     } while (0)
 
-/* Divisor for message counts (TWTEST_SCALE: 10 in sanitizer builds). */
+/* Divisor for message counts (TWTEST_SCALE: 4 in sanitizer builds). */
 unsigned twt_scale(void);
 /* n / twt_scale(), at least @p min. */
 uint64_t twt_scaled(uint64_t n, uint64_t min);
