@@ -111,5 +111,8 @@ int tw_topo_num_packages(void);
  * package), TW_ERR_TRANSPORT (topology or binding failed: logged as a
  * warning by the caller's choice, not here). Thread: any. */
 tw_status_t tw_topo_bind_package(int package, char *text, size_t len);
+/** The CPUs of @p package that this process may use, as text ("0-1"),
+ * without binding anything. Thread: any. */
+tw_status_t tw_topo_package_cpus(int package, char *text, size_t len);
 
 #endif /* TW_PE_H */

@@ -104,3 +104,36 @@ out:
     hwloc_bitmap_free(set);
     return st;
 }
+
+tw_status_t tw_topo_package_cpus(int package, char *text, size_t len)
+{
+    hwloc_obj_t obj;
+    hwloc_bitmap_t set, cur;
+    tw_status_t st = TW_OK;
+
+    if (!tw_topo_get()) {
+        return TW_ERR_TRANSPORT;
+    }
+    obj = hwloc_get_obj_by_type(tw_topo, HWLOC_OBJ_PACKAGE, (unsigned)package);
+    if (obj == NULL && package == 0) {
+        obj = hwloc_get_root_obj(tw_topo);
+    }
+    if (obj == NULL || obj->cpuset == NULL) {
+        return TW_ERR_INVALID;
+    }
+    set = hwloc_bitmap_alloc();
+    cur = hwloc_bitmap_alloc();
+    if (set == NULL || cur == NULL) {
+        st = TW_ERR_NOMEM;
+        goto out;
+    }
+    if (hwloc_get_cpubind(tw_topo, cur, HWLOC_CPUBIND_PROCESS) != 0) {
+        hwloc_bitmap_copy(cur, hwloc_topology_get_allowed_cpuset(tw_topo));
+    }
+    hwloc_bitmap_and(set, obj->cpuset, cur);
+    hwloc_bitmap_list_snprintf(text, len, hwloc_bitmap_iszero(set) ? cur : set);
+out:
+    hwloc_bitmap_free(cur);
+    hwloc_bitmap_free(set);
+    return st;
+}

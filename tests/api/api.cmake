@@ -15,3 +15,7 @@ foreach(_mode thread manual)
     LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}"
     PASS_REGULAR_EXPRESSION "all intact")
 endforeach()
+add_test(NAME ${TW_TEST_PREFIX}tw_info
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/tw_info_test.sh $<TARGET_FILE:tw_info>)
+set_tests_properties(${TW_TEST_PREFIX}tw_info PROPERTIES
+  LABELS api TIMEOUT 60 ENVIRONMENT "${TW_TEST_ENV}")

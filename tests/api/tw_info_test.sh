@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+# tw_info lists the transports, placement and every variable, shows what
+# the environment sets, and warns about an unknown TW_* variable.
+set -euo pipefail
+out=$(TW_WAIT_MODE=spin TW_NO_SUCH_KNOB=1 "$1" 2>&1)
+for want in "self   available" "socket0: cpus" "TW_WAIT_MODE" "[set: spin]" "TW_LOG_LEVEL" \
+            "TW_PROGRESS_RING" "unknown environment variable TW_NO_SUCH_KNOB" \
+            "1 unknown TW_\* variable"; do
+  grep -q -- "$want" <<<"$out" || { echo "tw_info output lacks '$want':"; echo "$out"; exit 1; }
+done
+verbose=$("$1" -v 2>&1)
+grep -q "value:" <<<"$verbose" || { echo "tw_info -v lacks the value lines"; exit 1; }
+echo "tw_info: ok"
