@@ -73,7 +73,53 @@ const tw_cfg_table_t tw_rt_cfg_table = {
     .count = TW_ARRAY_SIZE(tw_rt_cfg_entries),
 };
 
-const tw_cfg_table_t *const tw_cfg_all_tables[] = {&tw_core_cfg_table, &tw_rt_cfg_table};
+/* Set by the launcher (twrun), read when joining the job. */
+typedef struct tw_boot_env {
+    char rank[TW_CFG_STRLEN], size[TW_CFG_STRLEN], local_rank[TW_CFG_STRLEN],
+        local_size[TW_CFG_STRLEN], job_key[TW_CFG_STRLEN], boot_addr[TW_CFG_STRLEN];
+} tw_boot_env_t;
+
+static const tw_cfg_entry_t tw_boot_cfg_entries[] = {
+    {.name = "TW_RANK",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "set by twrun: this process's rank",
+     .offset = offsetof(tw_boot_env_t, rank)},
+    {.name = "TW_SIZE",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "set by twrun: processes in the job",
+     .offset = offsetof(tw_boot_env_t, size)},
+    {.name = "TW_LOCAL_RANK",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "set by twrun: rank among the processes of this node",
+     .offset = offsetof(tw_boot_env_t, local_rank)},
+    {.name = "TW_LOCAL_SIZE",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "set by twrun: processes of the job on this node",
+     .offset = offsetof(tw_boot_env_t, local_size)},
+    {.name = "TW_JOB_KEY",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "set by twrun: the job's random 128-bit key (hex)",
+     .offset = offsetof(tw_boot_env_t, job_key)},
+    {.name = "TW_BOOT_ADDR",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "set by twrun: its address-exchange socket",
+     .offset = offsetof(tw_boot_env_t, boot_addr)},
+};
+
+static const tw_cfg_table_t tw_boot_cfg_table = {
+    .module = "launcher",
+    .entries = tw_boot_cfg_entries,
+    .count = TW_ARRAY_SIZE(tw_boot_cfg_entries),
+};
+
+const tw_cfg_table_t *const tw_cfg_all_tables[] = {&tw_core_cfg_table, &tw_rt_cfg_table,
+                                                   &tw_boot_cfg_table};
 const size_t tw_cfg_all_tables_count = TW_ARRAY_SIZE(tw_cfg_all_tables);
 
 /* ---- context shells -------------------------------------------------- */
@@ -231,6 +277,14 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
                      foreign[i], v, foreign[i]);
             return TW_ERR_BOOTSTRAP;
         }
+    }
+    const char *size = getenv("TW_SIZE");
+    if (size != NULL && strtol(size, NULL, 10) > 1) {
+        tw_error("init",
+                 "TW_SIZE=%s: this build of threadwire has no transport between processes yet "
+                 "(shm and tcp come next), so it cannot join a multi-process twrun job",
+                 size);
+        return TW_ERR_UNSUPPORTED;
     }
     impl->rank = 0;
     impl->size = 1;

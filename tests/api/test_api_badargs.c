@@ -54,6 +54,10 @@ static void check_config_errors(void)
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP);
     unsetenv("OMPI_COMM_WORLD_SIZE");
+    /* A multi-process twrun job: not joinable without shm/tcp transports. */
+    setenv("TW_SIZE", "2", 1);
+    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_UNSUPPORTED);
+    unsetenv("TW_SIZE");
     /* Unknown TW_* variables are a warning, not an error. */
     setenv("TW_NO_SUCH_KNOB", "1", 1);
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# twrun: address exchange, rank environment, death reports, --keep-going,
+# the lifeline (ranks gone within 1 s of twrun's death), signal forwarding,
+# and no socket directory left behind.
+#   twrun_test.sh TWRUN PROBE
+set -uo pipefail
+twrun=$1 probe=$2 info=${3:-}
+fail() { echo "FAIL: $*"; exit 1; }
+leftover() { ls -d /tmp/twrun.* 2>/dev/null | wc -l; }
+dirs0=$(leftover)
+
+"$twrun" --help | grep -q -- "--keep-going" || fail "--help does not document --keep-going"
+"$twrun" >/dev/null 2>&1; [ $? -eq 2 ] || fail "no arguments must exit 2"
+"$twrun" -n 0 true >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 must exit 2"
+
+"$twrun" -n 4 "$probe" kv || fail "4-rank address exchange"
+"$twrun" -n 1 "$probe" kv || fail "1-rank address exchange"
+echo "ok: address exchange (put, fence, get) with 1 and 4 ranks"
+
+start=$(date +%s%N)
+err=$("$twrun" -n 3 "$probe" crash 1 2>&1); rc=$?
+took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $rc -eq 137 ] || fail "crash: exit status $rc, want 137 (128 + SIGKILL)"
+grep -q "rank 1 (pid [0-9]*) killed by signal 9" <<<"$err" || fail "crash not reported: $err"
+grep -q "stopping the other 2 rank" <<<"$err" || fail "others not stopped: $err"
+[ $took_ms -lt 5000 ] || fail "crash: the job took $took_ms ms to stop"
+echo "ok: a crashed rank is reported and the others stopped ($took_ms ms)"
+
+err=$("$twrun" -n 3 --keep-going "$probe" crash 2 1 2>&1); rc=$?
+[ $rc -eq 137 ] || fail "keep-going: exit status $rc, want 137"
+grep -q "stopping" <<<"$err" && fail "keep-going stopped the survivors: $err"
+echo "ok: --keep-going lets the survivors finish and still reports the death"
+
+# Lifeline: kill twrun -9, its ranks must be gone within a second.
+"$twrun" -n 3 "$probe" sleep &
+tw=$!
+sleep 0.5
+kids=$(pgrep -P $tw | tr '\n' ' ')
+[ -n "$kids" ] || fail "no ranks found under twrun"
+kill -9 $tw
+sleep 1
+for k in $kids; do
+  if kill -0 "$k" 2>/dev/null && [ "$(ps -o stat= -p "$k" | cut -c1)" != Z ]; then
+    fail "rank pid $k outlived twrun by 1 s"
+  fi
+done
+wait $tw 2>/dev/null
+rm -rf "$(ls -dt /tmp/twrun.* 2>/dev/null | head -n1)" # twrun -9 cannot clean up
+echo "ok: ranks die within 1 s of twrun"
+
+# Forwarded SIGTERM stops the job.
+"$twrun" -n 2 "$probe" sleep 2>/dev/null &
+tw=$!
+sleep 0.5
+kill -TERM $tw
+wait $tw; rc=$?
+[ $rc -eq 143 ] || fail "SIGTERM: exit status $rc, want 143"
+echo "ok: SIGTERM forwarded to the ranks"
+
+# The library knows the launcher's variables (no unknown-variable warning)
+# and refuses, rather than silently running N rank-0s, a job it cannot join.
+if [ -n "$info" ]; then
+  out=$("$twrun" -n 1 "$info" 2>&1) || fail "tw_info under twrun -n 1"
+  grep -q "0 unknown TW_" <<<"$out" || fail "launcher variables reported as unknown: $out"
+fi
+echo "ok: launcher variables are known to the library"
+
+[ "$(leftover)" -le "$dirs0" ] || fail "socket directory left in /tmp"
+echo "twrun: all checks passed"
