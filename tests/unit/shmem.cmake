@@ -1,0 +1,3 @@
+# Node segments (src/shmem).
+tw_add_test(NAME shm_seg SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shm_seg.c
+            LABELS unit INTERNAL TIMEOUT 60)
