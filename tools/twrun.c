@@ -99,11 +99,12 @@ static void cleanup_dir(void)
     }
 }
 
-static int write_all(int fd, const void *buf, size_t len)
+/* Move exactly @p len bytes (write when @p out); -1 on EOF or error. */
+static int io_all(int fd, void *buf, size_t len, bool out)
 {
-    const char *p = buf;
+    char *p = buf;
     while (len > 0) {
-        ssize_t n = write(fd, p, len);
+        ssize_t n = out ? write(fd, p, len) : read(fd, p, len);
         if (n < 0 && errno == EINTR) {
             continue;
         }
@@ -116,21 +117,13 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+static int write_all(int fd, const void *buf, size_t len)
+{
+    return io_all(fd, (void *)buf, len, true);
+}
 static int read_all(int fd, void *buf, size_t len)
 {
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return io_all(fd, buf, len, false);
 }
 
 static int reply(int fd, int32_t status, const void *data, uint32_t len)
