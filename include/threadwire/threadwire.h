@@ -124,7 +124,10 @@ TW_API void tw_config_init(tw_config_t *cfg);
  * @return TW_OK;
  *   TW_ERR_INVALID: NULL ctx_p, a bad cfg field, or a TW_* variable with a
  *     bad value (the log names it) — fix the configuration;
- *   TW_ERR_UNSUPPORTED: a requested feature or transport is not built;
+ *   TW_ERR_UNSUPPORTED: a requested feature or transport is not built, or
+ *     twrun started several processes (this release joins jobs of one);
+ *   TW_ERR_BOOTSTRAP: another launcher started several processes
+ *     (SLURM_STEP_NUM_TASKS, PMI_SIZE or OMPI_COMM_WORLD_SIZE > 1);
  *   TW_ERR_NOMEM, TW_ERR_TRANSPORT: resources could not be had.
  * Thread: any; several contexts may live at once.
  */
