@@ -205,8 +205,9 @@ int main(int argc, char **argv)
     }
     tw_config_init(&cfg);
     cfg.progress_threads = manual ? 0 : -1;
-    if (tw_init(&cfg, &ctx) != TW_OK) {
-        fprintf(stderr, "tw_demo: tw_init failed\n");
+    tw_status_t st = tw_init(&cfg, &ctx);
+    if (st != TW_OK) {
+        fprintf(stderr, "tw_demo: tw_init failed: %s\n", tw_strerror(st));
         return 1;
     }
     w = calloc((size_t)nthreads, sizeof(*w));

@@ -11,6 +11,7 @@
 #include "core/tw_mem.h"
 #include "msg/tw_msg_proto.h"
 #include "progress/tw_cq.h"
+#include "runtime/tw_boot.h"
 #include "runtime/tw_context_int.h"
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
@@ -278,16 +279,50 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
             return TW_ERR_BOOTSTRAP;
         }
     }
-    const char *size = getenv("TW_SIZE");
-    if (size != NULL && strtol(size, NULL, 10) > 1) {
+    tw_boot_env_t env;
+    tw_cfg_set_defaults(&tw_boot_cfg_table, &env);
+    (void)tw_cfg_apply_env(&tw_boot_cfg_table, &env); /* strings: cannot fail */
+    impl->rank = 0;
+    impl->size = 1;
+    if (env.boot_addr[0] == '\0') {
+        if (env.size[0] != '\0' && strtol(env.size, NULL, 10) > 1) {
+            tw_error("init", "TW_SIZE=%s but no TW_BOOT_ADDR: start the job with twrun", env.size);
+            return TW_ERR_BOOTSTRAP;
+        }
+        return TW_OK; /* no launcher: a job of one */
+    }
+    /* Started by twrun: check what it says, then join its exchange. */
+    char *end_r, *end_s;
+    long rank = strtol(env.rank, &end_r, 10), size = strtol(env.size, &end_s, 10);
+    if (env.rank[0] == '\0' || *end_r != '\0' || env.size[0] == '\0' || *end_s != '\0' ||
+        size < 1 || size > 65536 || rank < 0 || rank >= size || strlen(env.job_key) != 32) {
         tw_error("init",
-                 "TW_SIZE=%s: this build of threadwire has no transport between processes yet "
+                 "bad launcher environment: TW_RANK='%s' TW_SIZE='%s' TW_JOB_KEY of %zu "
+                 "characters (want 32)",
+                 env.rank, env.size, strlen(env.job_key));
+        return TW_ERR_BOOTSTRAP;
+    }
+    if (size > 1) {
+        tw_error("init",
+                 "TW_SIZE=%ld: this build of threadwire has no transport between processes yet "
                  "(shm and tcp come next), so it cannot join a multi-process twrun job",
                  size);
         return TW_ERR_UNSUPPORTED;
     }
-    impl->rank = 0;
-    impl->size = 1;
+    tw_status_t st = tw_boot_connect(env.boot_addr, (int)rank, (int)size, &impl->boot);
+    if (st == TW_OK) {
+        /* No transport address to publish yet: the exchange itself is the
+         * proof that we joined. */
+        st = tw_boot_put(impl->boot, NULL, 0);
+    }
+    if (st == TW_OK) {
+        st = tw_boot_fence(impl->boot, 30000);
+    }
+    if (st != TW_OK) {
+        return TW_ERR_BOOTSTRAP;
+    }
+    impl->rank = (int)rank;
+    impl->size = (int)size;
     return TW_OK;
 }
 
@@ -424,6 +459,9 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
     }
     if (impl->cq_stats != NULL) {
         tw_stats_destroy(impl->cq_stats);
+    }
+    if (impl->boot != NULL) {
+        tw_boot_close(impl->boot);
     }
     pthread_mutex_destroy(&impl->err_lock);
     tw_free(impl, sizeof(*impl));

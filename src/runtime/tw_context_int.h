@@ -47,6 +47,7 @@ typedef struct tw_ctx_impl {
     unsigned ntl;
     tw_tl_iface_t *ifaces[TW_CTX_MAX_TL];
     tw_msg_t *msg;
+    struct tw_boot *boot; /* launcher connection (twrun), or NULL */
     tw_stats_t *cq_stats;
     pthread_mutex_t err_lock;
     tw_error_handler_t err_fn; /* guarded by err_lock */

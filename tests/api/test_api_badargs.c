@@ -54,10 +54,21 @@ static void check_config_errors(void)
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP);
     unsetenv("OMPI_COMM_WORLD_SIZE");
-    /* A multi-process twrun job: not joinable without shm/tcp transports. */
+    /* Launcher variables that do not add up, or a launcher that is gone. */
     setenv("TW_SIZE", "2", 1);
-    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_UNSUPPORTED);
+    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP); /* no TW_BOOT_ADDR */
+    setenv("TW_BOOT_ADDR", "/nonexistent/twrun.sock", 1);
+    setenv("TW_RANK", "0", 1);
+    setenv("TW_JOB_KEY", "00112233445566778899aabbccddeeff", 1);
+    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_UNSUPPORTED); /* several processes */
+    setenv("TW_SIZE", "1", 1);
+    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP); /* cannot reach it */
+    setenv("TW_RANK", "1", 1);
+    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP); /* rank out of range */
     unsetenv("TW_SIZE");
+    unsetenv("TW_BOOT_ADDR");
+    unsetenv("TW_RANK");
+    unsetenv("TW_JOB_KEY");
     /* Unknown TW_* variables are a warning, not an error. */
     setenv("TW_NO_SUCH_KNOB", "1", 1);
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);

@@ -7,7 +7,7 @@
 # and no socket directory left behind.
 #   twrun_test.sh TWRUN PROBE
 set -uo pipefail
-twrun=$1 probe=$2 info=${3:-}
+twrun=$1 probe=$2 info=${3:-} demo=${4:-}
 fail() { echo "FAIL: $*"; exit 1; }
 leftover() { ls -d /tmp/twrun.* 2>/dev/null | wc -l; }
 dirs0=$(leftover)
@@ -67,6 +67,15 @@ if [ -n "$info" ]; then
   grep -q "0 unknown TW_" <<<"$out" || fail "launcher variables reported as unknown: $out"
 fi
 echo "ok: launcher variables are known to the library"
+
+# tw_init joins through twrun's exchange; a job it cannot serve yet is an
+# error with a reason, not N silent copies of rank 0.
+if [ -n "$demo" ]; then
+  "$twrun" -n 1 "$demo" -t 2 -n 2000 | grep -q "rank 0 of 1" || fail "tw_demo under twrun -n 1"
+  err=$("$twrun" -n 2 "$demo" -t 2 -n 100 2>&1) && fail "twrun -n 2 tw_demo must fail in this release"
+  grep -q "cannot join a multi-process twrun job" <<<"$err" || fail "no reason given: $err"
+  echo "ok: tw_init joins twrun -n 1 and refuses -n 2 with a reason"
+fi
 
 [ "$(leftover)" -le "$dirs0" ] || fail "socket directory left in /tmp"
 echo "twrun: all checks passed"
