@@ -127,7 +127,8 @@ TW_API void tw_config_init(tw_config_t *cfg);
  *   TW_ERR_UNSUPPORTED: a requested feature or transport is not built, or
  *     twrun started several processes (this release joins jobs of one);
  *   TW_ERR_BOOTSTRAP: another launcher started several processes
- *     (SLURM_STEP_NUM_TASKS, PMI_SIZE or OMPI_COMM_WORLD_SIZE > 1);
+ *     (SLURM_STEP_NUM_TASKS, PMI_SIZE or OMPI_COMM_WORLD_SIZE > 1), or
+ *     twrun's variables do not add up or its socket cannot be reached;
  *   TW_ERR_NOMEM, TW_ERR_TRANSPORT: resources could not be had.
  * Thread: any; several contexts may live at once.
  */
