@@ -140,12 +140,31 @@ static bool parse_uint64(const tw_cfg_entry_t *e, const char *text, uint64_t *v_
     return true;
 }
 
+/* A number with a unit suffix (case-insensitive) from @p units. */
+typedef struct tw_cfg_unit {
+    const char *suffix;
+    uint64_t mult;
+} tw_cfg_unit_t;
+
+static bool parse_with_unit(const char *text, const tw_cfg_unit_t *units, size_t n, uint64_t *v_p)
+{
+    const char *end;
+    uint64_t v;
+
+    if (!parse_u64_prefix(text, &v, &end)) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcasecmp(end, units[i].suffix) == 0) {
+            return mul_ok(v, units[i].mult, v_p);
+        }
+    }
+    return false;
+}
+
 static bool parse_size(const tw_cfg_entry_t *e, const char *text, size_t *v_p)
 {
-    static const struct {
-        const char *suffix;
-        uint64_t mult;
-    } units[] = {
+    static const tw_cfg_unit_t units[] = {
         {"", 1},
         {"b", 1},
         {"k", 1ull << 10},
@@ -161,46 +180,23 @@ static bool parse_size(const tw_cfg_entry_t *e, const char *text, size_t *v_p)
         {"tb", 1ull << 40},
         {"tib", 1ull << 40},
     };
-    const char *end;
-    uint64_t v;
+    uint64_t bytes;
 
-    if (!parse_u64_prefix(text, &v, &end)) {
+    if (!parse_with_unit(text, units, TW_ARRAY_SIZE(units), &bytes) || bytes > SIZE_MAX ||
+        !u64_in_bounds(e, bytes)) {
         return false;
     }
-    for (size_t i = 0; i < TW_ARRAY_SIZE(units); i++) {
-        if (strcasecmp(end, units[i].suffix) == 0) {
-            uint64_t bytes;
-            if (!mul_ok(v, units[i].mult, &bytes) || bytes > SIZE_MAX || !u64_in_bounds(e, bytes)) {
-                return false;
-            }
-            *v_p = (size_t)bytes;
-            return true;
-        }
-    }
-    return false;
+    *v_p = (size_t)bytes;
+    return true;
 }
 
 static bool parse_duration(const char *text, uint64_t *ns_p)
 {
-    static const struct {
-        const char *suffix;
-        uint64_t ns;
-    } units[] = {
+    static const tw_cfg_unit_t units[] = {
         {"", 1000}, /* bare number: microseconds */
         {"ns", 1},  {"us", 1000}, {"ms", 1000000}, {"s", 1000000000},
     };
-    const char *end;
-    uint64_t v;
-
-    if (!parse_u64_prefix(text, &v, &end)) {
-        return false;
-    }
-    for (size_t i = 0; i < TW_ARRAY_SIZE(units); i++) {
-        if (strcasecmp(end, units[i].suffix) == 0) {
-            return mul_ok(v, units[i].ns, ns_p);
-        }
-    }
-    return false;
+    return parse_with_unit(text, units, TW_ARRAY_SIZE(units), ns_p);
 }
 
 static bool parse_bool(const char *text, bool *v_p)

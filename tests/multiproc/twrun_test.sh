@@ -43,8 +43,9 @@ kids=$(pgrep -P $tw | tr '\n' ' ')
 kill -9 $tw
 sleep 1
 for k in $kids; do
-  if kill -0 "$k" 2>/dev/null && [ "$(ps -o stat= -p "$k" | cut -c1)" != Z ]; then
-    fail "rank pid $k outlived twrun by 1 s"
+  st=$(ps -o stat= -p "$k" 2>/dev/null | cut -c1) # empty: gone; Z: dead, not yet reaped
+  if [ -n "$st" ] && [ "$st" != Z ]; then
+    fail "rank pid $k outlived twrun by 1 s (state $st)"
   fi
 done
 wait $tw 2>/dev/null
