@@ -25,7 +25,6 @@
 #include "msg/tw_match.h"
 #include "msg/tw_msg_proto.h"
 #include "progress/tw_cq.h"
-#include "progress/tw_pool.h"
 
 typedef struct tw_msg_am_entry {
     tw_am_handler_t fn;
@@ -34,7 +33,6 @@ typedef struct tw_msg_am_entry {
 
 struct tw_msg {
     tw_match_t match;
-    tw_pool_t *recv_pool;  /* receive requests: no malloc per receive */
     tw_tl_iface_t **route; /* [size]; written before traffic, then read-only */
     tw_stats_t *stats;
     tw_context_t *ctx;
@@ -95,19 +93,13 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
         st = TW_ERR_NOMEM;
         goto err_route;
     }
-    st = tw_pool_create(sizeof(tw_match_recv_t), &msg->recv_pool);
-    if (st != TW_OK) {
-        goto err_stats;
-    }
     st = tw_match_init(&msg->match, params->match_buckets);
     if (st != TW_OK) {
-        goto err_pool;
+        goto err_stats;
     }
     *msg_p = msg;
     return TW_OK;
 
-err_pool:
-    tw_pool_destroy(msg->recv_pool);
 err_stats:
     tw_stats_destroy(msg->stats);
 err_route:
@@ -125,14 +117,14 @@ static void tw_msg_cancel_recv(tw_match_recv_t *r, void *arg)
                          .peer = r->src,
                          .tag = r->tag,
                          .length = 0};
+    (void)arg;
     tw_cq_push(r->cq, &c);
-    tw_pool_put(((tw_msg_t *)arg)->recv_pool, r);
+    tw_free(r, sizeof(*r));
 }
 
 void tw_msg_destroy(tw_msg_t *msg)
 {
     tw_match_cleanup(&msg->match, tw_msg_cancel_recv, msg);
-    tw_pool_destroy(msg->recv_pool);
     for (size_t i = 0; i < TW_ARRAY_SIZE(msg->am); i++) {
         tw_msg_am_entry_t *e = atomic_load_explicit(&msg->am[i], memory_order_acquire);
         if (e != NULL) {
@@ -282,7 +274,7 @@ static void tw_msg_finish_recv(tw_msg_t *msg, tw_match_recv_t *r, int src, uint6
     tw_stats_inc(msg->stats, TW_MSG_STAT_RECVD);
     tw_stats_add(msg->stats, TW_MSG_STAT_RECVD_BYTES, len);
     tw_cq_push(r->cq, &c);
-    tw_pool_put(msg->recv_pool, r);
+    tw_free(r, sizeof(*r));
 }
 
 tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
@@ -296,7 +288,7 @@ tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_ma
     if (st != TW_OK) {
         return st;
     }
-    r = tw_pool_get(msg->recv_pool);
+    r = tw_malloc(sizeof(*r));
     if (r == NULL) {
         tw_cq_unreserve(cq);
         return TW_ERR_NOMEM;
