@@ -51,7 +51,7 @@ void bm_match_fill_unexpected(bm_match_t *b, uint64_t n, unsigned sources)
 {
     tw_status_t st;
     for (uint64_t i = 0; i < n; i++) {
-        if (tw_match_arrive(&b->m, (int)(i % sources), 1000000 + i, NULL, 0, &st) != NULL) {
+        if (tw_match_arrive(&b->m, (int)(i % sources), 1000000 + i, NULL, 0, NULL, &st) != NULL) {
             abort();
         }
     }
@@ -61,7 +61,7 @@ void bm_match_step_posted(bm_match_t *b)
 {
     tw_status_t st;
     tw_match_post(&b->m, &b->exact);
-    if (tw_match_arrive(&b->m, 1, 7, NULL, 0, &st) != &b->exact) {
+    if (tw_match_arrive(&b->m, 1, 7, NULL, 0, NULL, &st) != &b->exact) {
         abort();
     }
 }
@@ -69,7 +69,7 @@ void bm_match_step_posted(bm_match_t *b)
 void bm_match_step_unexpected(bm_match_t *b)
 {
     tw_status_t st;
-    tw_match_arrive(&b->m, 1, 7, "12345678", 8, &st);
+    tw_match_arrive(&b->m, 1, 7, "12345678", 8, NULL, &st);
     tw_match_unexp_t *u = tw_match_post(&b->m, &b->exact);
     if (u == NULL) {
         abort();
@@ -80,7 +80,7 @@ void bm_match_step_unexpected(bm_match_t *b)
 void bm_match_step_wildcard(bm_match_t *b)
 {
     tw_status_t st;
-    tw_match_arrive(&b->m, 3, 7, "12345678", 8, &st);
+    tw_match_arrive(&b->m, 3, 7, "12345678", 8, NULL, &st);
     tw_match_unexp_t *u = tw_match_post(&b->m, &b->wild);
     if (u == NULL) {
         abort();

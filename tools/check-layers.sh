@@ -2,15 +2,15 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Copyright (c) 2026 The threadwire authors
 #
-# Dependencies point one way: core <- progress <- transports <- msg,
-# reliability <- shmem, runtime. A module may include its own headers and
+# Dependencies point one way: core <- progress, shmem (segments) <-
+# transports <- msg, reliability <- runtime. A module may include its own headers and
 # those of lower layers only; ConcurrencyKit only from src/progress.
 set -euo pipefail
 cd "$(dirname "$0")/../src"
 rank() {
   case $1 in
-    core) echo 0 ;; progress) echo 1 ;; transports) echo 2 ;;
-    msg | reliability) echo 3 ;; shmem | runtime) echo 4 ;; *) echo -1 ;;
+    core) echo 0 ;; progress | shmem) echo 1 ;; transports) echo 2 ;;
+    msg | reliability) echo 3 ;; runtime) echo 4 ;; *) echo -1 ;;
   esac
 }
 bad=0

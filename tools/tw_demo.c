@@ -103,8 +103,8 @@ static void *run(void *arg)
     }
     while (done_sends < nmsgs || w->recv_msgs < nmsgs) {
         for (int i = 0; i < WINDOW && next_post < nmsgs; i++) {
-            if (!rbusy[i] && tw_recv(ctx, 0, (uint64_t)w->id << 32 | next_post, 0, rbuf[i],
-                                     max_size, cq, (void *)(uintptr_t)(i + 1)) == TW_OK) {
+            if (!rbusy[i] && tw_recv(ctx, tw_rank(ctx), (uint64_t)w->id << 32 | next_post, 0,
+                                     rbuf[i], max_size, cq, (void *)(uintptr_t)(i + 1)) == TW_OK) {
                 rbusy[i] = true;
                 rseq[i] = next_post++;
                 atomic_store_explicit(&posted[w->id], next_post, memory_order_release);
@@ -119,7 +119,7 @@ static void *run(void *arg)
                 break; /* the receiver is behind: let it catch up */
             }
             fill(sbuf[i], n, w->id, next_send);
-            if (tw_send(ctx, 0, (uint64_t)dst << 32 | next_send, sbuf[i], n, cq,
+            if (tw_send(ctx, tw_rank(ctx), (uint64_t)dst << 32 | next_send, sbuf[i], n, cq,
                         (void *)(uintptr_t) - (i + 1)) == TW_OK) {
                 sbusy[i] = true;
                 next_send++;

@@ -244,10 +244,12 @@ TW_API int tw_cq_fd(tw_cq_t *cq);
  * @p buf may be reused. Messages from one thread to one peer are matched in
  * the order they were sent (non-overtaking).
  * @return TW_OK (the completion follows on @p cq);
- *   TW_ERR_AGAIN: @p cq is full — poll it and retry;
+ *   TW_ERR_AGAIN: @p cq is full, or the transport's ring to @p dst is
+ *     (the receiver is slow): poll, progress and retry;
  *   TW_ERR_INVALID: bad handle, dst out of range, NULL buf with len > 0,
  *     cq of another context, finalized context;
  *   TW_ERR_UNREACHABLE: no transport reaches @p dst;
+ *   TW_ERR_PEER_FAILED: @p dst died (or left) -- see tw_set_error_handler;
  *   TW_ERR_NOMEM.
  * Thread: any.
  */
@@ -260,6 +262,9 @@ TW_API tw_status_t tw_send(tw_context_t *ctx, int dst, uint64_t tag, const void 
  * completion (TW_OP_RECV) carries the source, the tag and the length; a
  * longer message completes TW_ERR_TRUNCATED with its sent length, and the
  * first @p len bytes are stored.
+ * A receive naming a rank that fails (exact or masked, not TW_ANY_SOURCE)
+ * completes TW_ERR_PEER_FAILED; what that rank sent before it failed is
+ * still delivered.
  * @return TW_OK; TW_ERR_AGAIN (cq full); TW_ERR_INVALID (as for tw_send,
  *   src out of range); TW_ERR_NOMEM.
  * Thread: any.

@@ -107,7 +107,58 @@ tw_status_t tw_match_init(tw_match_t *m, unsigned nbuckets)
 
 void tw_match_unexp_free(tw_match_unexp_t *u)
 {
-    tw_free(u, sizeof(*u) + u->len);
+    tw_free(u, sizeof(*u) + (u->rndv != NULL ? 0 : u->len));
+}
+
+/* Unlink every receive of [*head..] naming @p src into *out. */
+static void tw_match_take_src(tw_match_recv_t **head, tw_match_recv_t **tail, int src,
+                              tw_match_recv_t **out, unsigned *n)
+{
+    tw_match_recv_t *prev = NULL;
+
+    for (tw_match_recv_t *r = *head, *next; r != NULL; r = next) {
+        next = r->next;
+        if (r->src != src) {
+            prev = r;
+            continue;
+        }
+        if (prev == NULL) {
+            *head = next;
+        } else {
+            prev->next = next;
+        }
+        if (*tail == r) {
+            *tail = prev;
+        }
+        r->next = *out;
+        *out = r;
+        (*n)++;
+    }
+}
+
+void tw_match_fail_src(tw_match_t *m, int src, void (*fail)(tw_match_recv_t *r, void *arg),
+                       void *arg)
+{
+    tw_match_recv_t *out = NULL;
+    unsigned nwild = 0, nexact = 0;
+
+    pthread_mutex_lock(&m->wild_lock);
+    tw_match_take_src(&m->wild_head, &m->wild_tail, src, &out, &nwild);
+    if (nwild > 0) {
+        atomic_fetch_sub_explicit(&m->n_wild, nwild, memory_order_relaxed);
+    }
+    for (unsigned i = 0; i < m->nbuckets; i++) {
+        tw_match_bucket_t *b = &m->buckets[i];
+        tw_spinlock_lock(&b->lock);
+        tw_match_take_src(&b->posted_head, &b->posted_tail, src, &out, &nexact);
+        tw_spinlock_unlock(&b->lock);
+    }
+    pthread_mutex_unlock(&m->wild_lock);
+    /* Outside the locks: @p fail completes them. */
+    for (tw_match_recv_t *r = out, *next; r != NULL; r = next) {
+        next = r->next;
+        fail(r, arg);
+    }
 }
 
 void tw_match_cleanup(tw_match_t *m, void (*cancel)(tw_match_recv_t *r, void *arg),
@@ -326,7 +377,7 @@ static tw_match_recv_t *tw_match_arrive_wild(tw_match_t *m, tw_match_bucket_t *b
 }
 
 tw_match_recv_t *tw_match_arrive(tw_match_t *m, int src, uint64_t tag, const void *data, size_t len,
-                                 tw_status_t *st_p)
+                                 void *rndv, tw_status_t *st_p)
 {
     tw_match_bucket_t *b = &m->buckets[tw_match_hash(m, src, tag)];
     tw_match_unexp_t *u = NULL;
@@ -360,7 +411,7 @@ tw_match_recv_t *tw_match_arrive(tw_match_t *m, int src, uint64_t tag, const voi
         if (queued) {
             return NULL;
         }
-        u = tw_malloc(sizeof(*u) + len);
+        u = tw_malloc(sizeof(*u) + (rndv != NULL ? 0 : len));
         if (u == NULL) {
             tw_error("msg",
                      "out of memory queuing an unexpected %zu-byte message from rank %d "
@@ -372,7 +423,8 @@ tw_match_recv_t *tw_match_arrive(tw_match_t *m, int src, uint64_t tag, const voi
         u->src = src;
         u->tag = tag;
         u->len = len;
-        if (len > 0) {
+        u->rndv = rndv;
+        if (rndv == NULL && len > 0) {
             memcpy(u->data, data, len);
         }
     }

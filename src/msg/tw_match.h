@@ -32,13 +32,15 @@ typedef struct tw_match_recv {
     void *user;
 } tw_match_recv_t;
 
-/** An unexpected message: a copy of its payload waiting for a receive. */
+/** An unexpected message: a copy of its payload waiting for a receive --
+ * or, for a rendezvous, only the handle to pull it with (no data). */
 typedef struct tw_match_unexp {
     struct tw_match_unexp *next;
     uint64_t seq; /* arrival order, set by the engine */
     int src;
     uint64_t tag;
     size_t len;
+    void *rndv; /* rendezvous handle, or NULL when data[] holds the payload */
     unsigned char data[];
 } tw_match_unexp_t;
 
@@ -82,12 +84,20 @@ tw_match_unexp_t *tw_match_post(tw_match_t *m, tw_match_recv_t *r);
 /**
  * A message arrived. Returns the earliest-posted matching receive (removed;
  * the caller fills and completes it), or NULL when the message was queued
- * as unexpected (payload copied) -- or could not be: then *st_p is
+ * as unexpected (payload copied; with @p rndv != NULL only the handle is
+ * kept) -- or could not be: then *st_p is
  * TW_ERR_NOMEM. Messages from one sender must arrive in send order, from
  * one thread at a time. Thread: any.
  */
 tw_match_recv_t *tw_match_arrive(tw_match_t *m, int src, uint64_t tag, const void *data, size_t len,
-                                 tw_status_t *st_p);
+                                 void *rndv, tw_status_t *st_p);
+
+/**
+ * Take every posted receive naming @p src (exact or masked; not
+ * TW_ANY_SOURCE) and hand each to @p fail. Thread: any.
+ */
+void tw_match_fail_src(tw_match_t *m, int src, void (*fail)(tw_match_recv_t *r, void *arg),
+                       void *arg);
 
 void tw_match_unexp_free(tw_match_unexp_t *u);
 

@@ -25,6 +25,7 @@
 #include "msg/tw_match.h"
 #include "msg/tw_msg_proto.h"
 #include "progress/tw_cq.h"
+#include "progress/tw_pe.h"
 
 typedef struct tw_msg_am_entry {
     tw_am_handler_t fn;
@@ -41,7 +42,30 @@ struct tw_msg {
     int size;
     _Atomic(tw_msg_am_entry_t *) am[256];
     atomic_uint_fast64_t drop_logged;
+    atomic_uchar *down; /* [size]: 1 once the peer is gone */
 };
+
+/* A receive filled by a rendezvous pull: a matched tagged receive (r), or
+ * the payload of a user active message (r == NULL: the handler runs once
+ * it landed; header and payload follow the struct). */
+typedef struct tw_msg_rreq {
+    tw_tl_comp_t comp; /* first: the transport hands it back */
+    tw_msg_t *msg;
+    tw_match_recv_t *r;
+    tw_tl_iface_t *iface;
+    tw_tl_rndv_t *rndv;
+    int src;
+    uint64_t tag;
+    size_t len; /* announced */
+    size_t alloc_len;
+    uint8_t am_id;
+    uint16_t am_hdr_len;
+    unsigned char bytes[]; /* AM: user header, then payload */
+} tw_msg_rreq_t;
+
+/* Largest active-message payload accepted by rendezvous (it is staged in
+ * memory before the handler runs). */
+#define TW_MSG_AM_RNDV_MAX (256u << 20)
 
 /* A zero-copy send waiting for its transport completion. */
 typedef struct tw_msg_sreq {
@@ -88,10 +112,15 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
         st = TW_ERR_NOMEM;
         goto err_free;
     }
+    msg->down = tw_calloc((size_t)params->size, sizeof(*msg->down));
+    if (msg->down == NULL) {
+        st = TW_ERR_NOMEM;
+        goto err_route;
+    }
     msg->stats = tw_stats_create("msg", tw_msg_stat_descs, TW_MSG_STAT_COUNT);
     if (msg->stats == NULL) {
         st = TW_ERR_NOMEM;
-        goto err_route;
+        goto err_down;
     }
     st = tw_match_init(&msg->match, params->match_buckets);
     if (st != TW_OK) {
@@ -102,6 +131,8 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
 
 err_stats:
     tw_stats_destroy(msg->stats);
+err_down:
+    tw_free(msg->down, (size_t)params->size * sizeof(*msg->down));
 err_route:
     tw_free(msg->route, (size_t)params->size * sizeof(*msg->route));
 err_free:
@@ -109,17 +140,23 @@ err_free:
     return st;
 }
 
-static void tw_msg_cancel_recv(tw_match_recv_t *r, void *arg)
+/* Complete a posted receive that got no message with @p status. */
+static void tw_msg_end_recv(tw_match_recv_t *r, tw_status_t status)
 {
     tw_completion_t c = {.user = r->user,
-                         .status = TW_ERR_CANCELED,
+                         .status = status,
                          .op = TW_OP_RECV,
                          .peer = r->src,
                          .tag = r->tag,
                          .length = 0};
-    (void)arg;
     tw_cq_push(r->cq, &c);
     tw_free(r, sizeof(*r));
+}
+
+static void tw_msg_cancel_recv(tw_match_recv_t *r, void *arg)
+{
+    (void)arg;
+    tw_msg_end_recv(r, TW_ERR_CANCELED);
 }
 
 void tw_msg_destroy(tw_msg_t *msg)
@@ -132,8 +169,31 @@ void tw_msg_destroy(tw_msg_t *msg)
         }
     }
     tw_stats_destroy(msg->stats);
+    tw_free(msg->down, (size_t)msg->size * sizeof(*msg->down));
     tw_free(msg->route, (size_t)msg->size * sizeof(*msg->route));
     tw_free(msg, sizeof(*msg));
+}
+
+static bool tw_msg_is_down(tw_msg_t *msg, int peer)
+{
+    return atomic_load_explicit(&msg->down[peer], memory_order_seq_cst) != 0;
+}
+
+static void tw_msg_fail_recv(tw_match_recv_t *r, void *arg)
+{
+    (void)arg;
+    tw_msg_end_recv(r, TW_ERR_PEER_FAILED);
+}
+
+void tw_msg_peer_down(tw_msg_t *msg, int peer)
+{
+    if (peer < 0 || peer >= msg->size) {
+        return;
+    }
+    /* Flag first, then sweep: a receive posted after the sweep sees the
+     * flag (tw_msg_recv looks again after posting). */
+    atomic_store_explicit(&msg->down[peer], 1, memory_order_seq_cst);
+    tw_match_fail_src(&msg->match, peer, tw_msg_fail_recv, msg);
 }
 
 void tw_msg_set_route(tw_msg_t *msg, int peer, tw_tl_iface_t *iface)
@@ -172,6 +232,9 @@ static tw_status_t tw_msg_post_send(tw_msg_t *msg, int dst, uint8_t am_id, const
 
     if (iface == NULL) {
         return TW_ERR_UNREACHABLE;
+    }
+    if (TW_UNLIKELY(tw_msg_is_down(msg, dst))) {
+        return TW_ERR_PEER_FAILED;
     }
     st = tw_cq_reserve(cq);
     if (st != TW_OK) {
@@ -277,6 +340,126 @@ static void tw_msg_finish_recv(tw_msg_t *msg, tw_match_recv_t *r, int src, uint6
     tw_free(r, sizeof(*r));
 }
 
+/* ---- rendezvous ------------------------------------------------------ */
+
+/* A pulled tagged message landed (or failed). Thread: engine owner. */
+static void tw_msg_rndv_recv_done(tw_tl_comp_t *comp, tw_status_t status)
+{
+    tw_msg_rreq_t *q = (tw_msg_rreq_t *)comp;
+    tw_msg_t *msg = q->msg;
+    tw_match_recv_t *r = q->r;
+    tw_completion_t c = {.user = r->user,
+                         .status = status,
+                         .op = TW_OP_RECV,
+                         .peer = q->src,
+                         .tag = q->tag,
+                         .length = status == TW_OK ? q->len : 0};
+
+    if (status == TW_OK && q->len > r->len) {
+        c.status = TW_ERR_TRUNCATED;
+        tw_stats_inc(msg->stats, TW_MSG_STAT_TRUNCATED);
+    }
+    if (status == TW_OK) {
+        tw_stats_inc(msg->stats, TW_MSG_STAT_RECVD);
+        tw_stats_add(msg->stats, TW_MSG_STAT_RECVD_BYTES, q->len);
+    }
+    tw_cq_push(r->cq, &c);
+    tw_free(r, sizeof(*r));
+    tw_free(q, q->alloc_len);
+}
+
+/* A pulled active-message payload landed: run the handler. */
+static void tw_msg_rndv_am_done(tw_tl_comp_t *comp, tw_status_t status)
+{
+    tw_msg_rreq_t *q = (tw_msg_rreq_t *)comp;
+    tw_msg_t *msg = q->msg;
+
+    if (status == TW_OK) {
+        tw_msg_am_entry_t *e = atomic_load_explicit(&msg->am[q->am_id], memory_order_acquire);
+        if (e != NULL) {
+            e->fn(msg->ctx, q->src, q->bytes, q->am_hdr_len, q->bytes + q->am_hdr_len, q->len,
+                  e->arg);
+            tw_stats_inc(msg->stats, TW_MSG_STAT_AM_RUN);
+        }
+    }
+    tw_free(q, q->alloc_len);
+}
+
+static void tw_msg_rndv_released(tw_tl_comp_t *comp, tw_status_t status)
+{
+    (void)comp, (void)status;
+}
+
+/* Completion for pulls of length 0 that only release a sender. */
+static tw_tl_comp_t tw_msg_release_comp = {.cb = tw_msg_rndv_released};
+
+/* Pull into the matched receive. Thread: engine owner. */
+static void tw_msg_rndv_pull(tw_msg_rreq_t *q)
+{
+    size_t n = TW_MIN(q->len, q->r->len);
+    tw_status_t st = q->iface->ops->rndv_get(q->iface, q->rndv, q->r->buf, n, &q->comp);
+
+    if (st != TW_OK) {
+        q->comp.cb(&q->comp, st);
+    }
+}
+
+static void tw_msg_rndv_pull_cmd(void *arg, void *data, uint64_t u64)
+{
+    (void)data, (void)u64;
+    tw_msg_rndv_pull(arg);
+}
+
+/* A receive matched an unexpected rendezvous: the pull runs on the
+ * engine that owns the transport (now, if that is us). Thread: any. */
+static void tw_msg_rndv_matched(tw_msg_t *msg, tw_match_recv_t *r, tw_match_unexp_t *u)
+{
+    tw_tl_iface_t *iface = msg->route[u->src];
+    tw_msg_rreq_t *q = tw_malloc(sizeof(*q));
+    tw_backoff_t b = TW_BACKOFF_INIT;
+    tw_status_t st;
+
+    if (q == NULL) {
+        /* The handle stays with the transport until it closes. */
+        tw_error("msg", "out of memory pulling a %zu-byte message from rank %d", u->len, u->src);
+        tw_completion_t c = {.user = r->user,
+                             .status = TW_ERR_NOMEM,
+                             .op = TW_OP_RECV,
+                             .peer = u->src,
+                             .tag = u->tag};
+        tw_cq_push(r->cq, &c);
+        tw_free(r, sizeof(*r));
+        tw_match_unexp_free(u);
+        return;
+    }
+    *q = (tw_msg_rreq_t){.comp = {.cb = tw_msg_rndv_recv_done},
+                         .msg = msg,
+                         .r = r,
+                         .iface = iface,
+                         .rndv = u->rndv,
+                         .src = u->src,
+                         .tag = u->tag,
+                         .len = u->len,
+                         .alloc_len = sizeof(*q)};
+    tw_match_unexp_free(u);
+    if (tw_pe_is_owner(iface->pe)) {
+        tw_msg_rndv_pull(q);
+        return;
+    }
+    tw_pe_cmd_t cmd = {.fn = tw_msg_rndv_pull_cmd, .arg = q};
+    while ((st = tw_pe_submit(iface->pe, &cmd)) == TW_ERR_AGAIN) {
+        /* The lane drains without us; in manual mode we drive it. */
+        tw_pe_progress(iface->pe);
+        tw_backoff_wait(&b);
+    }
+    if (st != TW_OK) {
+        tw_error("msg", "cannot hand a rendezvous pull to the progress engine: %s",
+                 tw_strerror(st));
+        q->r = r;
+        tw_msg_rndv_recv_done(&q->comp, st);
+    }
+}
+
 tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
                         size_t len, tw_cq_t *cq, void *user)
 {
@@ -301,7 +484,15 @@ tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_ma
                            .cq = cq,
                            .user = user};
     u = tw_match_post(&msg->match, r);
-    if (u != NULL) {
+    if (u == NULL) {
+        /* Posted. If its source is gone, make sure it does not wait
+         * forever (the sweep may have run before the post). */
+        if (src != TW_ANY_SOURCE && tw_msg_is_down(msg, src)) {
+            tw_match_fail_src(&msg->match, src, tw_msg_fail_recv, msg);
+        }
+    } else if (u->rndv != NULL) {
+        tw_msg_rndv_matched(msg, r, u);
+    } else {
         tw_msg_finish_recv(msg, r, u->src, u->tag, u->data, u->len);
         tw_match_unexp_free(u);
     }
@@ -361,7 +552,7 @@ void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     if (am_id == TW_MSG_AM_TAG && h.type == TW_MSG_TYPE_TAG && hdr_len == sizeof(h) &&
         h.am_hdr_len == 0) {
         tw_status_t st;
-        tw_match_recv_t *r = tw_match_arrive(&msg->match, src, h.tag, data, len, &st);
+        tw_match_recv_t *r = tw_match_arrive(&msg->match, src, h.tag, data, len, NULL, &st);
         if (r != NULL) {
             tw_msg_finish_recv(msg, r, src, h.tag, data, len);
         } else if (st == TW_OK) {
@@ -381,5 +572,93 @@ void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
         tw_stats_inc(msg->stats, TW_MSG_STAT_AM_RUN);
     } else {
         tw_msg_drop(msg, src, "malformed header");
+    }
+}
+
+/* A rendezvous announcement arrived. Thread: engine owner. */
+void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len, size_t len,
+                    tw_tl_rndv_t *rndv)
+{
+    tw_msg_t *msg = arg;
+    tw_tl_iface_t *iface = msg->route[src];
+    tw_msg_hdr_t h;
+
+    if ((am_id != TW_MSG_AM_TAG && am_id != TW_MSG_AM_USER) || hdr_len < sizeof(h)) {
+        tw_msg_drop(msg, src, "unknown transport am id or short header (rendezvous)");
+        goto release;
+    }
+    memcpy(&h, hdr, sizeof(h));
+    if (h.version != TW_MSG_PROTO_VERSION || h.len != len) {
+        tw_msg_drop(msg, src, "bad version or length (rendezvous)");
+        goto release;
+    }
+    if (am_id == TW_MSG_AM_TAG && h.type == TW_MSG_TYPE_TAG && hdr_len == sizeof(h) &&
+        h.am_hdr_len == 0) {
+        tw_status_t st;
+        tw_match_recv_t *r = tw_match_arrive(&msg->match, src, h.tag, NULL, len, rndv, &st);
+        if (r != NULL) {
+            tw_msg_rreq_t *q = tw_malloc(sizeof(*q));
+            if (q == NULL) {
+                tw_error("msg", "out of memory pulling a %zu-byte message from rank %d", len, src);
+                tw_completion_t c = {.user = r->user,
+                                     .status = TW_ERR_NOMEM,
+                                     .op = TW_OP_RECV,
+                                     .peer = src,
+                                     .tag = h.tag};
+                tw_cq_push(r->cq, &c);
+                tw_free(r, sizeof(*r));
+                goto release;
+            }
+            *q = (tw_msg_rreq_t){.comp = {.cb = tw_msg_rndv_recv_done},
+                                 .msg = msg,
+                                 .r = r,
+                                 .iface = iface,
+                                 .rndv = rndv,
+                                 .src = src,
+                                 .tag = h.tag,
+                                 .len = len,
+                                 .alloc_len = sizeof(*q)};
+            tw_msg_rndv_pull(q);
+        } else if (st == TW_OK) {
+            tw_stats_inc(msg->stats, TW_MSG_STAT_UNEXPECTED);
+        } else {
+            tw_stats_inc(msg->stats, TW_MSG_STAT_DROPPED);
+            goto release;
+        }
+        return;
+    }
+    if (am_id == TW_MSG_AM_USER && h.type == TW_MSG_TYPE_AM &&
+        hdr_len == sizeof(h) + h.am_hdr_len && h.am_hdr_len <= TW_AM_HDR_MAX) {
+        size_t alloc_len = sizeof(tw_msg_rreq_t) + h.am_hdr_len + len;
+        tw_msg_rreq_t *q;
+        if (atomic_load_explicit(&msg->am[h.am_id], memory_order_acquire) == NULL) {
+            tw_msg_drop(msg, src, "no handler registered for its active-message id");
+            goto release;
+        }
+        if (len > TW_MSG_AM_RNDV_MAX || (q = tw_malloc(alloc_len)) == NULL) {
+            tw_msg_drop(msg, src, "active-message payload too large to stage");
+            goto release;
+        }
+        *q = (tw_msg_rreq_t){.comp = {.cb = tw_msg_rndv_am_done},
+                             .msg = msg,
+                             .iface = iface,
+                             .rndv = rndv,
+                             .src = src,
+                             .len = len,
+                             .alloc_len = alloc_len,
+                             .am_id = h.am_id,
+                             .am_hdr_len = h.am_hdr_len};
+        memcpy(q->bytes, (const unsigned char *)hdr + sizeof(h), h.am_hdr_len);
+        tw_status_t st = iface->ops->rndv_get(iface, rndv, q->bytes + h.am_hdr_len, len, &q->comp);
+        if (st != TW_OK) {
+            q->comp.cb(&q->comp, st);
+        }
+        return;
+    }
+    tw_msg_drop(msg, src, "malformed header (rendezvous)");
+release:
+    /* Release the sender: its send completes, the data is not read. */
+    if (iface->ops->rndv_get(iface, rndv, NULL, 0, &tw_msg_release_comp) != TW_OK) {
+        tw_debug("msg", "releasing a rendezvous of rank %d failed", src);
     }
 }

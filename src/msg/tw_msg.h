@@ -45,6 +45,13 @@ void tw_msg_set_route(tw_msg_t *msg, int peer, tw_tl_iface_t *iface);
 void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
                     const void *data, size_t len);
 
+/** The transport rendezvous callback (tw_tl_params_t.recv_rndv, arg = msg). */
+void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len, size_t len,
+                    tw_tl_rndv_t *rndv);
+/** @p peer is gone: sends to it return TW_ERR_PEER_FAILED from now on, and
+ * receives posted for it (exact or masked) complete with it. Thread: any. */
+void tw_msg_peer_down(tw_msg_t *msg, int peer);
+
 tw_status_t tw_msg_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,
                         tw_cq_t *cq, void *user);
 tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_mask, void *buf,

@@ -66,10 +66,12 @@ TW_RING_DEFINE(cmd, tw_pe_cmd)
 #define TW_PE_RING_DEFAULT    1024u
 #define TW_PE_LANES           16u
 #define TW_PE_SPIN_NS_DEFAULT 50000u
-#define TW_PE_CMD_BATCH       64   /* commands per loop, then the functions */
-#define TW_PE_SPIN_LOOPS      64   /* spin mode: empty loops before yielding */
-#define TW_PE_SLEEP_MAX_MS    1000 /* epoll_wait safety net */
-#define TW_PE_DOORBELL_TAG    0    /* epoll data of the doorbell; fns use i + 1 */
+#define TW_PE_CMD_BATCH       64         /* commands per loop, then the functions */
+#define TW_PE_SPIN_LOOPS      64         /* spin mode: empty loops before yielding */
+#define TW_PE_SLEEP_MAX_MS    1000       /* epoll_wait safety net */
+#define TW_PE_DOORBELL_TAG    0          /* epoll data of the doorbell; fns use i + 1 */
+#define TW_PE_WATCH_TAG       UINT64_MAX /* epoll data of watched fds */
+#define TW_PE_MAX_WORDS       4
 #define TW_PE_EPOLL_EVENTS    (TW_PE_MAX_FNS + 1)
 
 static const tw_stat_desc_t tw_pe_stat_descs[TW_PE_STAT_COUNT] = {
@@ -119,6 +121,9 @@ struct tw_pe {
     tw_stats_t *stats;
     unsigned nfns;
     tw_pe_fn_entry_t fns[TW_PE_MAX_FNS];
+    unsigned nwords;
+    _Atomic uint32_t *words[TW_PE_MAX_WORDS]; /* mirrors of `sleeping` */
+    uint64_t wakeups;                         /* lock holder only */
 
     /* Creator thread only (start/stop/destroy are not concurrent). */
     tw_pe_state_t state;
@@ -307,6 +312,16 @@ void tw_pe_wake(tw_pe_t *pe)
 
 /* ---- the progress thread ------------------------------------------------ */
 
+/* The flag, and its mirrors in shared memory that other processes read
+ * before they wake us through a watched fd. */
+static void tw_pe_set_sleeping(tw_pe_t *pe, uint32_t v)
+{
+    atomic_store_explicit(&pe->sleeping, v, memory_order_seq_cst);
+    for (unsigned i = 0; i < pe->nwords; i++) {
+        atomic_store_explicit(pe->words[i], v, memory_order_seq_cst);
+    }
+}
+
 /* Announce, look once more, sleep in epoll. Called with the lock held;
  * returns with it held. */
 static void tw_pe_sleep_locked(tw_pe_t *pe)
@@ -314,17 +329,18 @@ static void tw_pe_sleep_locked(tw_pe_t *pe)
     struct epoll_event ev[TW_PE_EPOLL_EVENTS];
     int n;
 
-    atomic_store_explicit(&pe->sleeping, 1, memory_order_seq_cst);
+    tw_pe_set_sleeping(pe, 1);
     /* Store sleeping / load p_tail: the owner half of the Dekker pair. */
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&pe->stop, memory_order_acquire) != 0 || tw_pe_run_locked(pe) > 0) {
-        atomic_store_explicit(&pe->sleeping, 0, memory_order_relaxed);
+        tw_pe_set_sleeping(pe, 0);
         return;
     }
     tw_stats_inc(pe->stats, TW_PE_STAT_SLEEPS);
+    pe->wakeups++;
     tw_pe_unlock(pe);
     n = epoll_wait(pe->epoll_fd, ev, TW_PE_EPOLL_EVENTS, TW_PE_SLEEP_MAX_MS);
-    atomic_store_explicit(&pe->sleeping, 0, memory_order_relaxed);
+    tw_pe_set_sleeping(pe, 0);
     if (n < 0 && errno != EINTR) {
         tw_warn("progress", "epoll_wait on progress engine %s failed: %m", pe->name);
     }
@@ -538,6 +554,41 @@ tw_status_t tw_pe_add(tw_pe_t *pe, tw_pe_fn_t fn, void *arg, int fd)
     pe->fns[pe->nfns] = (tw_pe_fn_entry_t){.fn = fn, .arg = arg, .fd = fd};
     pe->nfns++;
     return TW_OK;
+}
+
+tw_status_t tw_pe_watch(tw_pe_t *pe, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TW_PE_WATCH_TAG};
+
+    if (epoll_ctl(pe->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        tw_error("progress", "epoll_ctl(watch fd %d) for progress engine %s failed: %m", fd,
+                 pe->name);
+        return TW_ERR_TRANSPORT;
+    }
+    return TW_OK;
+}
+
+void tw_pe_unwatch(tw_pe_t *pe, int fd)
+{
+    (void)epoll_ctl(pe->epoll_fd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+tw_status_t tw_pe_add_sleep_word(tw_pe_t *pe, void *word_)
+{
+    _Atomic uint32_t *word = word_;
+
+    if (pe->state != TW_PE_CREATED || pe->nwords == TW_PE_MAX_WORDS) {
+        tw_error("progress", "tw_pe_add_sleep_word on %s: after start or too many", pe->name);
+        return TW_ERR_INVALID;
+    }
+    atomic_store_explicit(word, 0, memory_order_relaxed);
+    pe->words[pe->nwords++] = word;
+    return TW_OK;
+}
+
+uint64_t tw_pe_wakeups(const tw_pe_t *pe)
+{
+    return pe->wakeups;
 }
 
 tw_status_t tw_pe_start(tw_pe_t *pe)

@@ -68,6 +68,24 @@ tw_status_t tw_pe_create(const tw_pe_params_t *params, tw_pe_t **pe_p);
  * Thread: the creator. */
 tw_status_t tw_pe_add(tw_pe_t *pe, tw_pe_fn_t fn, void *arg, int fd);
 
+/** Wake the sleeping engine when @p fd turns readable (level-triggered),
+ * without a function of its own: the progress functions look at it (see
+ * tw_pe_wakeups). Thread: any. */
+tw_status_t tw_pe_watch(tw_pe_t *pe, int fd);
+/** Stop watching @p fd (e.g. a pidfd that stays readable). Thread: any. */
+void tw_pe_unwatch(tw_pe_t *pe, int fd);
+
+/** Mirror the engine's "I am going to sleep" flag into @p word (seq_cst
+ * stores, 1 before the last look, 0 after waking), so another process
+ * that publishes work into memory we poll knows it must wake us through a
+ * watched fd. Only before tw_pe_start. */
+tw_status_t tw_pe_add_sleep_word(tw_pe_t *pe, void *word /* _Atomic uint32_t * */);
+
+/** How many times the engine went to sleep; a progress function that sees
+ * it change knows an fd may have woken it (drain sockets, check pidfds).
+ * Thread: owner. */
+uint64_t tw_pe_wakeups(const tw_pe_t *pe);
+
 /** Start the progress thread (when params.thread), bound per
  * params.bind_package. TW_ERR_TRANSPORT if the thread cannot start. */
 tw_status_t tw_pe_start(tw_pe_t *pe);

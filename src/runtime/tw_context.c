@@ -4,15 +4,21 @@
  * Context lifecycle: configuration, joining the job, progress engines,
  * transports and the messaging layer; finalize in reverse order.
  */
+#define _GNU_SOURCE
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
+#include "core/tw_time.h"
 #include "msg/tw_msg_proto.h"
 #include "progress/tw_cq.h"
 #include "runtime/tw_boot.h"
 #include "runtime/tw_context_int.h"
+#include "transports/shm/tw_shm.h"
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
 
@@ -120,7 +126,7 @@ static const tw_cfg_table_t tw_boot_cfg_table = {
 };
 
 const tw_cfg_table_t *const tw_cfg_all_tables[] = {&tw_core_cfg_table, &tw_rt_cfg_table,
-                                                   &tw_boot_cfg_table};
+                                                   &tw_boot_cfg_table, &tw_shm_cfg_table};
 const size_t tw_cfg_all_tables_count = TW_ARRAY_SIZE(tw_cfg_all_tables);
 
 /* ---- context shells -------------------------------------------------- */
@@ -284,6 +290,8 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
     (void)tw_cfg_apply_env(&tw_boot_cfg_table, &env); /* strings: cannot fail */
     impl->rank = 0;
     impl->size = 1;
+    impl->local_rank = 0;
+    impl->local_size = 1;
     if (env.boot_addr[0] == '\0') {
         if (env.size[0] != '\0' && strtol(env.size, NULL, 10) > 1) {
             tw_error("init", "TW_SIZE=%s but no TW_BOOT_ADDR: start the job with twrun", env.size);
@@ -302,27 +310,22 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
                  env.rank, env.size, strlen(env.job_key));
         return TW_ERR_BOOTSTRAP;
     }
-    if (size > 1) {
-        tw_error("init",
-                 "TW_SIZE=%ld: this build of threadwire has no transport between processes yet "
-                 "(shm and tcp come next), so it cannot join a multi-process twrun job",
-                 size);
-        return TW_ERR_UNSUPPORTED;
+    long lrank = strtol(env.local_rank, &end_r, 10), lsize = strtol(env.local_size, &end_s, 10);
+    if (env.local_rank[0] == '\0' || *end_r != '\0' || env.local_size[0] == '\0' ||
+        *end_s != '\0' || lsize < 1 || lsize > size || lrank < 0 || lrank >= lsize) {
+        tw_error("init", "bad launcher environment: TW_LOCAL_RANK='%s' TW_LOCAL_SIZE='%s'",
+                 env.local_rank, env.local_size);
+        return TW_ERR_BOOTSTRAP;
     }
     tw_status_t st = tw_boot_connect(env.boot_addr, (int)rank, (int)size, &impl->boot);
-    if (st == TW_OK) {
-        /* No transport address to publish yet: the exchange itself is the
-         * proof that we joined. */
-        st = tw_boot_put(impl->boot, NULL, 0);
-    }
-    if (st == TW_OK) {
-        st = tw_boot_fence(impl->boot, 30000);
-    }
     if (st != TW_OK) {
         return TW_ERR_BOOTSTRAP;
     }
     impl->rank = (int)rank;
     impl->size = (int)size;
+    impl->local_rank = (int)lrank;
+    impl->local_size = (int)lsize;
+    snprintf(impl->job_key, sizeof(impl->job_key), "%s", env.job_key);
     return TW_OK;
 }
 
@@ -330,7 +333,7 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
  * names of transports not in this build are TW_ERR_UNSUPPORTED. */
 static tw_status_t tw_ctx_check_transports(const char *list)
 {
-    static const char *const later[] = {"shm", "tcp", "verbs", "lossy"};
+    static const char *const later[] = {"tcp", "verbs", "lossy"};
     char buf[TW_CFG_STRLEN];
     char *save = NULL;
 
@@ -345,7 +348,7 @@ static tw_status_t tw_ctx_check_transports(const char *list)
                 return TW_ERR_UNSUPPORTED;
             }
         }
-        tw_error("init", "unknown transport '%s' in TW_TRANSPORTS (known: self)", t);
+        tw_error("init", "unknown transport '%s' in TW_TRANSPORTS (known: self, shm)", t);
         return TW_ERR_INVALID;
     }
     return TW_OK;
@@ -393,35 +396,218 @@ static int tw_ctx_iface_progress(void *arg)
     return tw_tl_progress(arg);
 }
 
+/* Is transport @p name selected by TW_TRANSPORTS (empty: all)? self
+ * always is. */
+static bool tw_ctx_tl_wanted(const tw_ctx_impl_t *impl, const char *name)
+{
+    char buf[TW_CFG_STRLEN];
+    char *save = NULL;
+
+    if (impl->cfg.transports[0] == '\0' || strcmp(name, "self") == 0) {
+        return true;
+    }
+    strcpy(buf, impl->cfg.transports);
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+        if (strcmp(t, name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A transport saw a peer go (engine thread): fail what waits for it in the
+ * messaging layer, then tell the application -- unless it left cleanly. */
+static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
+{
+    tw_ctx_impl_t *impl = arg;
+    tw_error_handler_t fn;
+    void *fn_arg;
+
+    tw_msg_peer_down(impl->msg, peer);
+    if (why == TW_OK) {
+        return;
+    }
+    pthread_mutex_lock(&impl->err_lock);
+    fn = impl->err_fn;
+    fn_arg = impl->err_arg;
+    pthread_mutex_unlock(&impl->err_lock);
+    if (fn != NULL) {
+        fn(impl->ctx, peer, why, "peer failed", fn_arg);
+    }
+}
+
 static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
 {
-    /* This build has the self transport only: a job of one process. */
-    const tw_tl_ops_t *ops = tw_tl_find("self");
     tw_tl_params_t p = {.rank = impl->rank,
                         .size = impl->size,
                         .pe = impl->pes[0],
                         .recv = tw_msg_recv_cb,
                         .recv_arg = impl->msg,
-                        .inline_am_ids = 1ull << TW_MSG_AM_TAG};
-    tw_tl_iface_t *iface;
-    tw_status_t st;
+                        .inline_am_ids = 1ull << TW_MSG_AM_TAG,
+                        .recv_rndv = tw_msg_rndv_cb,
+                        .peer_down = tw_ctx_peer_down,
+                        .peer_down_arg = impl,
+                        .job_key = impl->job_key,
+                        .local_rank = impl->local_rank,
+                        .local_size = impl->local_size};
+    char why[128];
 
-    st = ops->iface_open(&p, &iface);
-    if (st != TW_OK) {
-        tw_error("init", "cannot open transport %s: %s", ops->name, tw_strerror(st));
-        return st;
-    }
-    impl->ifaces[impl->ntl++] = iface;
-    st = tw_pe_add(impl->pes[0], tw_ctx_iface_progress, iface, -1);
-    if (st != TW_OK) {
-        return st;
-    }
-    for (int peer = 0; peer < impl->size; peer++) {
-        if (ops->reachable(iface, peer)) {
-            tw_msg_set_route(impl->msg, peer, iface);
+    for (size_t i = 0; tw_tl_all[i] != NULL && impl->ntl < TW_CTX_MAX_TL; i++) {
+        const tw_tl_ops_t *ops = tw_tl_all[i];
+        tw_tl_iface_t *iface;
+        tw_status_t st;
+
+        if (!tw_ctx_tl_wanted(impl, ops->name)) {
+            continue;
+        }
+        /* A job of one needs nothing but self. */
+        if (impl->size == 1 && strcmp(ops->name, "self") != 0) {
+            continue;
+        }
+        if (ops->query(why, sizeof(why)) != TW_OK) {
+            tw_debug("init", "transport %s unavailable: %s", ops->name, why);
+            continue;
+        }
+        st = ops->iface_open(&p, &iface);
+        if (st != TW_OK) {
+            tw_error("init", "cannot open transport %s: %s", ops->name, tw_strerror(st));
+            return st;
+        }
+        impl->ifaces[impl->ntl++] = iface;
+        st = tw_pe_add(impl->pes[0], tw_ctx_iface_progress, iface, -1);
+        if (st != TW_OK) {
+            return st;
         }
     }
     return TW_OK;
+}
+
+/*
+ * Exchange transport addresses through the launcher and connect. Blob:
+ * per iface, u8 name length, name, u16 address length, address. Two
+ * fences: after the puts (every address is there), and after every rank
+ * connected (the transports may then drop what only connecting needed,
+ * e.g. segment names).
+ */
+static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
+{
+    unsigned char blob[TW_BOOT_BLOB_MAX];
+    size_t off = 0;
+    tw_status_t st;
+
+    if (impl->boot == NULL) {
+        return TW_OK; /* a job of one */
+    }
+    for (unsigned i = 0; i < impl->ntl; i++) {
+        tw_tl_iface_t *iface = impl->ifaces[i];
+        size_t nlen = strlen(iface->ops->name), alen = 0;
+        if (off + 1 + nlen + 2 > sizeof(blob)) {
+            return TW_ERR_INVALID;
+        }
+        blob[off] = (unsigned char)nlen;
+        memcpy(blob + off + 1, iface->ops->name, nlen);
+        st = iface->ops->addr_pack(iface, blob + off + 3 + nlen, sizeof(blob) - off - 3 - nlen,
+                                   &alen);
+        if (st != TW_OK || alen > UINT16_MAX) {
+            tw_error("init", "transport %s cannot pack its address", iface->ops->name);
+            return TW_ERR_BOOTSTRAP;
+        }
+        blob[off + 1 + nlen] = (unsigned char)(alen & 0xff);
+        blob[off + 2 + nlen] = (unsigned char)(alen >> 8);
+        off += 3 + nlen + alen;
+    }
+    if (tw_boot_put(impl->boot, blob, off) != TW_OK || tw_boot_fence(impl->boot, 60000) != TW_OK) {
+        return TW_ERR_BOOTSTRAP;
+    }
+    for (int peer = 0; peer < impl->size; peer++) {
+        size_t len = sizeof(blob);
+        if (peer == impl->rank) {
+            continue;
+        }
+        if (tw_boot_get(impl->boot, peer, blob, &len) != TW_OK) {
+            return TW_ERR_BOOTSTRAP;
+        }
+        /* Walk the peer's blob; every length is checked. */
+        for (size_t o = 0; o < len;) {
+            size_t nlen = blob[o], alen;
+            if (o + 1 + nlen + 2 > len) {
+                tw_error("init", "rank %d published a malformed address blob", peer);
+                return TW_ERR_BOOTSTRAP;
+            }
+            alen = blob[o + 1 + nlen] | (size_t)blob[o + 2 + nlen] << 8;
+            if (o + 3 + nlen + alen > len) {
+                tw_error("init", "rank %d published a malformed address blob", peer);
+                return TW_ERR_BOOTSTRAP;
+            }
+            for (unsigned i = 0; i < impl->ntl; i++) {
+                tw_tl_iface_t *iface = impl->ifaces[i];
+                if (strlen(iface->ops->name) == nlen &&
+                    memcmp(iface->ops->name, blob + o + 1, nlen) == 0) {
+                    st = iface->ops->addr_connect(iface, peer, blob + o + 3 + nlen, alen);
+                    if (st != TW_OK) {
+                        tw_error("init", "transport %s cannot connect to rank %d: %s",
+                                 iface->ops->name, peer, tw_strerror(st));
+                        return st;
+                    }
+                }
+            }
+            o += 3 + nlen + alen;
+        }
+    }
+    if (tw_boot_fence(impl->boot, 60000) != TW_OK) {
+        return TW_ERR_BOOTSTRAP;
+    }
+    for (unsigned i = 0; i < impl->ntl; i++) {
+        impl->ifaces[i]->ops->ready(impl->ifaces[i]);
+    }
+    return TW_OK;
+}
+
+/* Every peer goes through the first transport (in tw_tl_all order: self,
+ * shm, ...) that reaches it. */
+static tw_status_t tw_ctx_route(tw_ctx_impl_t *impl)
+{
+    for (int peer = 0; peer < impl->size; peer++) {
+        tw_tl_iface_t *via = NULL;
+        for (unsigned i = 0; i < impl->ntl && via == NULL; i++) {
+            if (impl->ifaces[i]->ops->reachable(impl->ifaces[i], peer)) {
+                via = impl->ifaces[i];
+            }
+        }
+        if (via == NULL) {
+            tw_error("init", "no transport reaches rank %d (TW_TRANSPORTS='%s')", peer,
+                     impl->cfg.transports);
+            return TW_ERR_UNREACHABLE;
+        }
+        tw_msg_set_route(impl->msg, peer, via);
+    }
+    return TW_OK;
+}
+
+/*
+ * The launcher is our lifeline: when its socket reports EOF it is gone,
+ * and so is the job. Its death also kills us (PR_SET_PDEATHSIG); this is
+ * the second line, for launchers that cannot set it.
+ */
+#define TW_CTX_LIFELINE_NS (100ull * 1000 * 1000)
+
+static int tw_ctx_lifeline(void *arg)
+{
+    tw_ctx_impl_t *impl = arg;
+    uint64_t now = tw_time_ns();
+    struct pollfd pfd;
+    char c;
+
+    if (now < impl->lifeline_next_ns) {
+        return 0;
+    }
+    impl->lifeline_next_ns = now + TW_CTX_LIFELINE_NS;
+    pfd = (struct pollfd){.fd = tw_boot_fd(impl->boot), .events = POLLIN | POLLRDHUP};
+    if (poll(&pfd, 1, 0) > 0 && recv(pfd.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        tw_error("runtime", "the launcher (twrun) is gone: the job is over, exiting");
+        _exit(1);
+    }
+    return 0;
 }
 
 /* Run every engine until a whole pass finds nothing to do. Called with
@@ -445,11 +631,12 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
     if (impl->npe > 0) {
         tw_ctx_drain(impl);
     }
-    if (impl->msg != NULL) {
-        tw_msg_destroy(impl->msg);
-    }
+    /* Transports first: what they cancel completes through msg. */
     for (unsigned i = 0; i < impl->ntl; i++) {
         impl->ifaces[i]->ops->iface_close(impl->ifaces[i]);
+    }
+    if (impl->msg != NULL) {
+        tw_msg_destroy(impl->msg);
     }
     for (unsigned i = 0; i < impl->npe; i++) {
         tw_pe_destroy(impl->pes[i]);
@@ -520,7 +707,20 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
     if (st != TW_OK) {
         goto err_shell;
     }
+    impl->ctx = ctx;
     st = tw_ctx_open_transports(impl);
+    if (st == TW_OK) {
+        st = tw_ctx_exchange(impl);
+    }
+    if (st == TW_OK) {
+        st = tw_ctx_route(impl);
+    }
+    if (st == TW_OK && impl->boot != NULL) {
+        st = tw_pe_add(impl->pes[0], tw_ctx_lifeline, impl, -1);
+        if (st == TW_OK) {
+            st = tw_pe_watch(impl->pes[0], tw_boot_fd(impl->boot));
+        }
+    }
     if (st != TW_OK) {
         goto err_shell;
     }

@@ -41,6 +41,11 @@ typedef struct tw_ctx_impl {
     tw_rt_cfg_t cfg;
     int rank;
     int size;
+    int local_rank;
+    int local_size;
+    char job_key[TW_CFG_STRLEN];
+    uint64_t lifeline_next_ns; /* engine 0's owner */
+    tw_context_t *ctx;         /* the shell, for the error handler */
     bool manual;
     unsigned npe;
     tw_pe_t **pes;

@@ -19,3 +19,8 @@ add_test(NAME ${TW_TEST_PREFIX}tw_info
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/tw_info_test.sh $<TARGET_FILE:tw_info>)
 set_tests_properties(${TW_TEST_PREFIX}tw_info PROPERTIES
   LABELS api TIMEOUT 60 ENVIRONMENT "${TW_TEST_ENV}")
+# tw_perf in a job of one (and, through twrun, a job of two once it can be).
+add_test(NAME ${TW_TEST_PREFIX}tw_perf
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/tw_perf_test.sh $<TARGET_FILE:tw_perf> $<TARGET_FILE:twrun>)
+set_tests_properties(${TW_TEST_PREFIX}tw_perf PROPERTIES
+  LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")

@@ -60,7 +60,11 @@ static void check_config_errors(void)
     setenv("TW_BOOT_ADDR", "/nonexistent/twrun.sock", 1);
     setenv("TW_RANK", "0", 1);
     setenv("TW_JOB_KEY", "00112233445566778899aabbccddeeff", 1);
-    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_UNSUPPORTED); /* several processes */
+    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP); /* no TW_LOCAL_RANK / _SIZE */
+    setenv("TW_LOCAL_RANK", "0", 1);
+    setenv("TW_LOCAL_SIZE", "3", 1);
+    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP); /* local size > size */
+    setenv("TW_LOCAL_SIZE", "1", 1);
     setenv("TW_SIZE", "1", 1);
     TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP); /* cannot reach it */
     setenv("TW_RANK", "1", 1);
@@ -69,6 +73,8 @@ static void check_config_errors(void)
     unsetenv("TW_BOOT_ADDR");
     unsetenv("TW_RANK");
     unsetenv("TW_JOB_KEY");
+    unsetenv("TW_LOCAL_RANK");
+    unsetenv("TW_LOCAL_SIZE");
     /* Unknown TW_* variables are a warning, not an error. */
     setenv("TW_NO_SUCH_KNOB", "1", 1);
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);

@@ -82,7 +82,7 @@ int main(int argc, char **argv)
         for (double t0 = twt_now(); twt_thread_count() != threads0 && twt_now() - t0 < 2;) {
             sched_yield();
         }
-        TWT_EQ(twt_thread_count(), threads0);
+        TWT_EQ(twt_thread_count_settled(threads0), threads0);
         TWT_EQ(twt_fd_count(), fds0);
     }
     printf("%d init/finalize cycles: %d threads and %d fds before and after\n", cycles, threads0,

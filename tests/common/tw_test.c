@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 unsigned twt_scale(void)
 {
@@ -87,6 +88,19 @@ static int count_dir(const char *path)
 int twt_thread_count(void)
 {
     return count_dir("/proc/self/task");
+}
+
+/* A joined thread can linger in /proc/self/task for a moment after
+ * pthread_join returns (the kernel reaps it just after it wakes the
+ * joiner): wait up to a second for the count to settle at @p want. */
+int twt_thread_count_settled(int want)
+{
+    int n = twt_thread_count();
+    for (int i = 0; i < 1000 && n != want; i++) {
+        usleep(1000);
+        n = twt_thread_count();
+    }
+    return n;
 }
 
 /* opendir itself holds one fd while counting. */

@@ -36,6 +36,17 @@
         }                                                                   \
     } while (0)
 
+/* TWT_CHECKF naming the rank of a multi-process test. */
+#define TWT_RANK_CHECK(rank, cond, ...)                                                       \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            fprintf(stderr, "FAIL rank %d (%s:%d): %s: ", (rank), __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fputc('\n', stderr);                                                              \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
 /* a == b for integers, printing both on failure. */
 #define TWT_EQ(a, b)                                                                             \
     do {                                                                                         \
@@ -70,6 +81,8 @@ bool twt_verify(const void *buf, size_t len, uint64_t seed);
 
 /* Threads and fds of this process, from /proc/self. */
 int twt_thread_count(void);
+/* twt_thread_count once it equals @p want (or after a second). */
+int twt_thread_count_settled(int want);
 int twt_fd_count(void);
 
 /* Seconds of a monotonic clock. */

@@ -50,28 +50,28 @@ static void semantics(unsigned nbuckets)
     /* receive first: wildcard posted before exact wins */
     TWT_CHECK(tw_match_post(&m, mk(TW_ANY_SOURCE, 5, 0, &a)) == NULL);
     TWT_CHECK(tw_match_post(&m, mk(2, 5, 0, &b)) == NULL);
-    r = tw_match_arrive(&m, 2, 5, "x", 1, &st);
+    r = tw_match_arrive(&m, 2, 5, "x", 1, NULL, &st);
     TWT_CHECK(r != NULL && r->user == &a);
     free(r);
-    r = tw_match_arrive(&m, 2, 5, "y", 1, &st);
+    r = tw_match_arrive(&m, 2, 5, "y", 1, NULL, &st);
     TWT_CHECK(r != NULL && r->user == &b);
     free(r);
     /* exact posted before wildcard wins */
     TWT_CHECK(tw_match_post(&m, mk(3, 6, 0, &a)) == NULL);
     TWT_CHECK(tw_match_post(&m, mk(3, 0, ~0ull, &b)) == NULL);
-    r = tw_match_arrive(&m, 3, 6, NULL, 0, &st);
+    r = tw_match_arrive(&m, 3, 6, NULL, 0, NULL, &st);
     TWT_CHECK(r != NULL && r->user == &a);
     free(r);
     /* the remaining wildcard takes anything from rank 3 */
-    r = tw_match_arrive(&m, 4, 6, NULL, 0, &st); /* not rank 3: unexpected */
+    r = tw_match_arrive(&m, 4, 6, NULL, 0, NULL, &st); /* not rank 3: unexpected */
     TWT_CHECK(r == NULL && st == TW_OK);
-    r = tw_match_arrive(&m, 3, 0xdead, "zz", 2, &st);
+    r = tw_match_arrive(&m, 3, 0xdead, "zz", 2, NULL, &st);
     TWT_CHECK(r != NULL && r->user == &b);
     free(r);
     /* messages first: earliest arrival wins across different buckets */
-    TWT_CHECK(tw_match_arrive(&m, 7, 100, "m1", 2, &st) == NULL);
-    TWT_CHECK(tw_match_arrive(&m, 8, 200, "m2", 2, &st) == NULL);
-    TWT_CHECK(tw_match_arrive(&m, 7, 101, "m3", 2, &st) == NULL);
+    TWT_CHECK(tw_match_arrive(&m, 7, 100, "m1", 2, NULL, &st) == NULL);
+    TWT_CHECK(tw_match_arrive(&m, 8, 200, "m2", 2, NULL, &st) == NULL);
+    TWT_CHECK(tw_match_arrive(&m, 7, 101, "m3", 2, NULL, &st) == NULL);
     r = mk(TW_ANY_SOURCE, 0, 0xfff, &c); /* masked wildcard */
     u = tw_match_post(&m, r);
     TWT_CHECK(u != NULL && u->src == 4 && u->tag == 6); /* the oldest of all */
@@ -90,8 +90,8 @@ static void semantics(unsigned nbuckets)
     free(r);
     /* masks: ignore bits only */
     TWT_CHECK(tw_match_post(&m, mk(1, 0xf0, 0x0f, &a)) == NULL);
-    TWT_CHECK(tw_match_arrive(&m, 1, 0xe0, NULL, 0, &st) == NULL); /* bit 4 differs */
-    r = tw_match_arrive(&m, 1, 0xf7, NULL, 0, &st);
+    TWT_CHECK(tw_match_arrive(&m, 1, 0xe0, NULL, 0, NULL, &st) == NULL); /* bit 4 differs */
+    r = tw_match_arrive(&m, 1, 0xf7, NULL, 0, NULL, &st);
     TWT_CHECK(r != NULL && r->user == &a);
     free(r);
     /* cleanup: two posted receives, one unexpected message (1, 0xe0) */
@@ -139,7 +139,7 @@ static void *sender(void *arg)
     for (uint64_t i = 0; i < g_per_sender; i++) {
         uint64_t tag = (i & 1 ? CLS_BIT : 0) | i, payload = i * 31 + (uint64_t)src;
         tw_status_t st;
-        tw_match_recv_t *r = tw_match_arrive(&g_m, src, tag, &payload, 8, &st);
+        tw_match_recv_t *r = tw_match_arrive(&g_m, src, tag, &payload, 8, NULL, &st);
         TWT_EQ(st, TW_OK);
         if (r != NULL) {
             record(r, src, tag, &payload, 8);

@@ -9,8 +9,9 @@
 #include "core/tw_log.h"
 
 extern const tw_tl_ops_t tw_self_ops;
+extern const tw_tl_ops_t tw_shm_ops;
 
-const tw_tl_ops_t *const tw_tl_all[] = {&tw_self_ops, NULL};
+const tw_tl_ops_t *const tw_tl_all[] = {&tw_self_ops, &tw_shm_ops, NULL};
 
 const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT] = {
     [TW_TL_STAT_TX_MSGS] = {"tx_msgs", TW_STAT_COUNTER},
@@ -71,6 +72,31 @@ int tw_tl_stub_progress(tw_tl_iface_t *iface)
     return 0;
 }
 
+tw_status_t tw_tl_stub_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *rndv, void *dst, size_t len,
+                                tw_tl_comp_t *comp)
+{
+    (void)iface, (void)rndv, (void)dst, (void)len, (void)comp;
+    return TW_ERR_UNSUPPORTED;
+}
+
+tw_status_t tw_tl_noaddr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p)
+{
+    (void)iface, (void)buf, (void)cap;
+    *len_p = 0;
+    return TW_OK;
+}
+
+tw_status_t tw_tl_noaddr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len)
+{
+    (void)iface, (void)peer, (void)addr, (void)len;
+    return TW_OK;
+}
+
+void tw_tl_noaddr_ready(tw_tl_iface_t *iface)
+{
+    (void)iface;
+}
+
 bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
 {
     const struct {
@@ -82,11 +108,13 @@ bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
         {TW_TL_CAP_PUT, ops->put_zcopy == tw_tl_stub_put_zcopy},
         {TW_TL_CAP_GET, ops->get_zcopy == tw_tl_stub_get_zcopy},
         {TW_TL_CAP_FLUSH, ops->flush == tw_tl_stub_flush},
+        {TW_TL_CAP_RNDV, ops->rndv_get == tw_tl_stub_rndv_get},
     };
     if (ops->name == NULL || ops->query == NULL || ops->iface_open == NULL ||
         ops->iface_close == NULL || ops->reachable == NULL || ops->am_short == NULL ||
         ops->am_zcopy == NULL || ops->put_zcopy == NULL || ops->get_zcopy == NULL ||
-        ops->flush == NULL || ops->progress == NULL) {
+        ops->flush == NULL || ops->progress == NULL || ops->rndv_get == NULL ||
+        ops->addr_pack == NULL || ops->addr_connect == NULL || ops->ready == NULL) {
         return false;
     }
     for (size_t i = 0; i < TW_ARRAY_SIZE(slots); i++) {
@@ -117,6 +145,9 @@ tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
     iface->recv = params->recv;
     iface->recv_arg = params->recv_arg;
     iface->inline_am_ids = params->inline_am_ids;
+    iface->recv_rndv = params->recv_rndv;
+    iface->peer_down = params->peer_down;
+    iface->peer_down_arg = params->peer_down_arg;
     return TW_OK;
 }
 

@@ -52,12 +52,30 @@ struct tw_tl_comp {
 typedef void (*tw_tl_recv_fn_t)(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
                                 const void *data, size_t len);
 
+/** A large message announced by its sender (rendezvous): the transport
+ * holds the sender's address; the receiver decides where the payload goes
+ * and pulls it with ops->rndv_get. Opaque; owned by the transport. */
+typedef struct tw_tl_rndv tw_tl_rndv_t;
+
+/** Arrival of a rendezvous announcement: @p len payload bytes wait at the
+ * sender. Hand @p rndv to ops->rndv_get exactly once (length 0 to release
+ * the sender without data) -- or never, if the iface closes first.
+ * Thread: progress engine owner. */
+typedef void (*tw_tl_rndv_fn_t)(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
+                                size_t len, tw_tl_rndv_t *rndv);
+
+/** A peer is gone: TW_ERR_PEER_FAILED (died, corrupt, unreachable), or
+ * TW_OK when it closed cleanly. The transport has already completed its
+ * own operations with that peer. Thread: progress engine owner. */
+typedef void (*tw_tl_peer_down_fn_t)(void *arg, int peer, tw_status_t why);
+
 enum {
     TW_TL_CAP_AM_SHORT = 1u << 0,
     TW_TL_CAP_AM_ZCOPY = 1u << 1,
     TW_TL_CAP_PUT = 1u << 2,
     TW_TL_CAP_GET = 1u << 3,
-    TW_TL_CAP_FLUSH = 1u << 4
+    TW_TL_CAP_FLUSH = 1u << 4,
+    TW_TL_CAP_RNDV = 1u << 5 /* am_zcopy announces; receivers pull (rndv_get) */
 };
 
 typedef struct tw_tl_params {
@@ -70,6 +88,12 @@ typedef struct tw_tl_params {
      * can (self) may deliver them on the sending thread instead of the
      * engine -- in send order, since one thread sends them one by one. */
     uint64_t inline_am_ids;
+    tw_tl_rndv_fn_t recv_rndv;      /* rendezvous arrivals (TW_TL_CAP_RNDV) */
+    tw_tl_peer_down_fn_t peer_down; /* may be NULL */
+    void *peer_down_arg;
+    const char *job_key; /* the launcher's job key, or "" */
+    int local_rank;      /* among the ranks of this node */
+    int local_size;
 } tw_tl_params_t;
 
 typedef struct tw_tl_attr {
@@ -89,6 +113,9 @@ struct tw_tl_iface {
     tw_tl_recv_fn_t recv;
     void *recv_arg;
     uint64_t inline_am_ids;
+    tw_tl_rndv_fn_t recv_rndv;
+    tw_tl_peer_down_fn_t peer_down;
+    void *peer_down_arg;
 };
 
 enum {
@@ -110,6 +137,14 @@ struct tw_tl_ops {
     /** Close after the engine stopped; in-flight zcopy ops complete with
      * TW_ERR_CANCELED (or are delivered) before it returns. */
     void (*iface_close)(tw_tl_iface_t *iface);
+    /** Address exchange. addr_pack writes what peers need to reach this
+     * iface (into the bootstrap blob); addr_connect takes a peer's packed
+     * address (before any traffic, for every other rank); ready runs once
+     * every rank connected (after a job-wide fence). Thread: the caller of
+     * tw_init. */
+    tw_status_t (*addr_pack)(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p);
+    tw_status_t (*addr_connect)(tw_tl_iface_t *iface, int peer, const void *addr, size_t len);
+    void (*ready)(tw_tl_iface_t *iface);
     bool (*reachable)(tw_tl_iface_t *iface, int peer);
     tw_status_t (*am_short)(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
                             size_t hdr_len, const void *data, size_t len);
@@ -120,6 +155,12 @@ struct tw_tl_ops {
     tw_status_t (*get_zcopy)(tw_tl_iface_t *iface, int peer, void *dst, size_t len, uint64_t raddr,
                              const void *rkey, tw_tl_comp_t *comp);
     tw_status_t (*flush)(tw_tl_iface_t *iface, int peer, tw_tl_comp_t *comp);
+    /** Pull @p len bytes (at most the announced length) of a rendezvous
+     * into @p dst; comp->cb runs when they landed (TW_OK), or with
+     * TW_ERR_PEER_FAILED -- possibly before this returns. The sender's
+     * operation completes too. Thread: engine owner. */
+    tw_status_t (*rndv_get)(tw_tl_iface_t *iface, tw_tl_rndv_t *rndv, void *dst, size_t len,
+                            tw_tl_comp_t *comp);
     /** Returns events handled. Thread: engine owner. */
     int (*progress)(tw_tl_iface_t *iface);
 };
@@ -135,6 +176,12 @@ tw_status_t tw_tl_stub_get_zcopy(tw_tl_iface_t *iface, int peer, void *dst, size
                                  uint64_t raddr, const void *rkey, tw_tl_comp_t *comp);
 tw_status_t tw_tl_stub_flush(tw_tl_iface_t *iface, int peer, tw_tl_comp_t *comp);
 int tw_tl_stub_progress(tw_tl_iface_t *iface);
+tw_status_t tw_tl_stub_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *rndv, void *dst, size_t len,
+                                tw_tl_comp_t *comp);
+/* Address exchange of a transport that needs none. */
+tw_status_t tw_tl_noaddr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p);
+tw_status_t tw_tl_noaddr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len);
+void tw_tl_noaddr_ready(tw_tl_iface_t *iface);
 
 /** Fill the base part of an iface (called by a transport's iface_open). */
 tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,

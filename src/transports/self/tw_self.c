@@ -151,12 +151,16 @@ const tw_tl_ops_t tw_self_ops = {
     .query = tw_self_query,
     .iface_open = tw_self_iface_open,
     .iface_close = tw_self_iface_close,
+    .addr_pack = tw_tl_noaddr_pack,
+    .addr_connect = tw_tl_noaddr_connect,
+    .ready = tw_tl_noaddr_ready,
     .reachable = tw_self_reachable,
     .am_short = tw_self_am_short,
     .am_zcopy = tw_self_am_zcopy,
     .put_zcopy = tw_tl_stub_put_zcopy,
     .get_zcopy = tw_tl_stub_get_zcopy,
     .flush = tw_tl_stub_flush,
+    .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress, /* all work arrives as engine commands */
 };
 

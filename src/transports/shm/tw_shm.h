@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * The shared-memory transport (tw_shm.c explains the design): its
+ * tunables and the hooks tests use to break it on purpose.
+ */
+#ifndef TW_SHM_H
+#define TW_SHM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/tw_config.h"
+#include "transports/base/tw_tl.h"
+
+/** TW_SHM_CELLS, TW_SHM_CMA. */
+extern const tw_cfg_table_t tw_shm_cfg_table;
+
+/** Test hook: make every process_vm_readv fail as if the kernel refused
+ * it (EPERM), to exercise the copy fallback. Thread: any. */
+void tw_shm_test_refuse_cma(bool refuse);
+
+/** Test hook: write random values (from @p seed) into this process's
+ * ring in @p peer's segment -- its tail, sequence words and cell headers
+ * -- as a corrupt peer would. Returns the number of writes. The peer must
+ * fail this process and nobody else. Thread: any. */
+unsigned tw_shm_test_chaos(tw_tl_iface_t *iface, int peer, uint64_t seed);
+
+#endif /* TW_SHM_H */

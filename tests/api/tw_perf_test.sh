@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+# tw_perf in a job of one: lat, bw and rate with 1 and 2 threads, both
+# pairings, manual progress and each wait mode, a CSV sweep (row count and
+# numeric fields), --plot with or without gnuplot, usage errors (exit 2).
+# With twrun given, a job of 2 either measures or fails with the clear
+# "operation not supported" message of a build without an inter-process
+# transport.
+#   tw_perf_test.sh TW_PERF [TWRUN]
+set -euo pipefail
+perf=$1
+twrun=${2:-}
+scale=${TWTEST_SCALE:-1}
+n=$((2000 / scale)) # small-message iterations
+nb=$((200 / scale)) # bw iterations (16 KiB x 32 per iteration)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+  echo "tw_perf_test: $*"
+  exit 1
+}
+
+# run ARGS...: tw_perf must exit 0; its stdout+stderr land in $out.
+run() {
+  local rc=0
+  out=$("$perf" "$@" 2>&1) || rc=$?
+  [ "$rc" -eq 0 ] || { echo "$out"; fail "tw_perf $* exited $rc"; }
+}
+
+# The 'all' row of TEST has a positive median latency, bandwidth and rate.
+check_all_row() { # test
+  awk -v t="$1" '$1 == t && $4 == "all" && $7 > 0 && $11 > 0 && $12 > 0 { ok = 1 }
+                 END { exit !ok }' <<<"$out" || { echo "$out"; fail "no sane '$1 ... all' row"; }
+}
+
+for t in 1 2; do
+  run -x lat -t "$t" -n "$n"
+  check_all_row lat
+  run -x bw -t "$t" -s 16k -n "$nb"
+  check_all_row bw
+  run -x rate -t "$t" -n "$((n / 4))"
+  check_all_row rate
+  if [ "$t" -eq 2 ]; then
+    rows=$(grep -cE '^(lat|bw|rate) ' <<<"$out")
+    [ "$rows" -eq 3 ] || { echo "$out"; fail "-t 2: want 2 thread rows + 'all', got $rows rows"; }
+  fi
+done
+
+# Initiator and responder as separate threads (the two-process code path),
+# manual progress, and the three wait modes.
+run -x lat,bw,rate --split -t 2 -s 4k -n "$nb"
+for t in lat bw rate; do check_all_row "$t"; done
+run -x lat,bw -p 0 -t 2 -s 1k -n "$nb"
+check_all_row lat
+check_all_row bw
+run -x lat,bw -p 0 --split -s 64k -n "$((nb / 4 + 1))"
+check_all_row bw
+for m in spin block adaptive; do
+  run -x lat,rate -m "$m" -n "$nb"
+  check_all_row rate
+done
+
+# CSV sweep: header + 5 sizes x 2 tests x (2 threads + 'all') rows, 13
+# fields each, every field but test and thread numeric.
+"$perf" -x lat,bw -s 1k:16k -t 2 -n "$nb" -w 8 --csv >"$tmp/sweep.csv" 2>"$tmp/sweep.err" ||
+  { cat "$tmp/sweep.err"; fail "--csv sweep failed"; }
+[ ! -s "$tmp/sweep.err" ] || { cat "$tmp/sweep.err"; fail "--csv sweep wrote to stderr"; }
+head -n 1 "$tmp/sweep.csv" | grep -q '^test,size,threads,thread,iterations,' ||
+  fail "--csv header: $(head -n 1 "$tmp/sweep.csv")"
+lines=$(wc -l <"$tmp/sweep.csv")
+[ "$lines" -eq 31 ] || { cat "$tmp/sweep.csv"; fail "--csv: want 1 + 30 lines, got $lines"; }
+awk -F, 'NR > 1 {
+           if (NF != 13 || ($1 != "lat" && $1 != "bw")) exit 1
+           for (i = 2; i <= NF; i++)
+             if (i != 4 && $i !~ /^[0-9]+(\.[0-9]+)?$/) exit 1
+           if ($4 != "all" && $4 !~ /^[01]$/) exit 1
+         }' "$tmp/sweep.csv" || { cat "$tmp/sweep.csv"; fail "--csv: malformed row"; }
+sizes=$(awk -F, 'NR > 1 && $4 == "all" && $1 == "bw" { printf "%s ", $2 }' "$tmp/sweep.csv")
+[ "$sizes" = "1024 2048 4096 8192 16384 " ] || fail "--csv sweep sizes: $sizes"
+
+# --plot: a PNG with gnuplot; without it, the clear message, the data file
+# and exit 0.
+run -x lat,rate -s 8:64 -n "$nb" --plot "$tmp/sweep.png"
+[ -s "$tmp/sweep.dat" ] || fail "--plot wrote no $tmp/sweep.dat"
+[ "$(grep -cvE '^(#|$)' "$tmp/sweep.dat")" -eq 8 ] || { cat "$tmp/sweep.dat"; fail "--plot data"; }
+if command -v gnuplot >/dev/null; then
+  [ -s "$tmp/sweep.png" ] || { echo "$out"; fail "gnuplot is installed but no PNG"; }
+else
+  grep -q -- "--plot needs gnuplot (apt-get install gnuplot-nox); the data is in $tmp/sweep.dat" \
+    <<<"$out" || { echo "$out"; fail "--plot without gnuplot: no clear message"; }
+fi
+
+# Usage errors exit 2 and say what is wrong; --help documents every option.
+for bad in "--bogus" "-x nope" "-s 0:4k" "-s 4q" "-t 0" "-m fast" "-n" "-w 0" "stray"; do
+  rc=0
+  # shellcheck disable=SC2086 # split the option from its value
+  msg=$("$perf" $bad 2>&1) || rc=$?
+  [ "$rc" -eq 2 ] || fail "tw_perf $bad exited $rc, want 2"
+  grep -q "^tw_perf: " <<<"$msg" || fail "tw_perf $bad: no message: $msg"
+done
+run --help
+for o in --test --size --iters --warmup --window --threads --split --transports \
+  --progress-threads --wait-mode --csv --plot --timeout --help; do
+  grep -q -- "$o" <<<"$out" || fail "--help does not document $o"
+done
+
+# A job of two over shm.
+if [ -n "$twrun" ]; then
+  out=$("$twrun" -n 2 "$perf" -x lat,bw -t 2 -s 1k -n "$nb" 2>&1) ||
+    { echo "$out"; fail "twrun -n 2 tw_perf failed"; }
+  check_all_row lat
+  check_all_row bw
+fi
+echo "tw_perf: ok"

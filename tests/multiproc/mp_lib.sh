@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# Shared by peer_kill_test.sh and twrun_kill_test.sh (sourced, bash). The
+# ranks (tw_mp_rank) leave in their state directory DIR: rankR.pid,
+# rankR.boot, rankR.shm (/dev/shm files they mapped) and job.prefix.
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# tw-* names in /dev/shm, one a line, sorted.
+shm_list() {
+  (cd /dev/shm && ls -A) 2>/dev/null | grep '^tw-' | sort || true
+}
+
+# Nothing of this job left in /dev/shm: no file a rank mapped, none with the
+# job's name prefix, and no other tw-* name that appeared since BEFORE (a
+# listing from shm_list) and outlives a 2 s grace (another job's segment
+# being set up would be unlinked by then).
+shm_check() { # BEFORE DIR WHAT
+  local before=$1 dir=$2 what=$3 prefix="" ours name left=""
+  [ -f "$dir/job.prefix" ] && prefix=$(cat "$dir/job.prefix")
+  ours=$(cat "$dir"/rank*.shm 2>/dev/null | sort -u || true)
+  for name in $(shm_list); do
+    if [ -n "$prefix" ] && [ "${name#"$prefix"}" != "$name" ]; then
+      left="$left $name(job-prefix)"
+    elif [ -n "$ours" ] && grep -qxF -- "$name" <<<"$ours"; then
+      left="$left $name(mapped-by-a-rank)"
+    fi
+  done
+  [ -z "$left" ] || fail "$what: left in /dev/shm:$left"
+  for _ in $(seq 20); do
+    left=$(comm -13 <(printf '%s\n' "$before") <(shm_list) | tr '\n' ' ')
+    [ -z "${left// /}" ] && return 0
+    sleep 0.1
+  done
+  fail "$what: new names left in /dev/shm: $left"
+}
+
+# True when pid $1 is gone (or a zombie: dead, not yet reaped).
+pid_gone() {
+  local st
+  st=$(ps -o stat= -p "$1" 2>/dev/null | cut -c1 || true)
+  [ -z "$st" ] || [ "$st" = Z ]
+}
+
+# Every pid listed in DIR/rank*.pid is gone, and no live process has DIR on
+# its command line (a rank that died before writing its pid file).
+no_orphans() { # DIR WHAT
+  local p
+  for p in $(cat "$1"/rank*.pid 2>/dev/null); do
+    pid_gone "$p" || fail "$2: rank pid $p is still alive ($(ps -o args= -p "$p"))"
+  done
+  p=$(pgrep -f -- "$1" | tr '\n' ' ' || true)
+  [ -z "$p" ] || fail "$2: processes left behind: $p"
+}
+
+# twrun's output says every rank skipped: tw_init cannot join a
+# multi-process job in this build yet.
+exit_if_skipped() { # RC OUTPUT
+  if [ "$1" -eq 77 ] && grep -q '^skipped:' <<<"$2"; then
+    grep -m1 '^skipped:' <<<"$2"
+    exit 77
+  fi
+}

@@ -1,0 +1,1488 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * tw_perf: point-to-point benchmarks over the public API, after UCX's
+ * ucx_perftest.
+ *
+ *   twrun -n 2 tw_perf [-x lat|bw|rate] [-s SIZE|MIN:MAX] [-t THREADS] ...
+ *   tw_perf ...                      (a job of one: rank 0 is its own partner)
+ *
+ * Roles. Rank 0 plays the initiator (A) and rank 1 the responder (B). In a
+ * job of one process every thread plays both, through the self transport;
+ * with --split, thread i is the initiator and thread T + i its responder,
+ * which runs the two-process code path inside one process.
+ * Thread i of one rank pairs with thread i of the other: its messages carry
+ * tag i (A to B) or tag i | TAG_REPLY (B to A), and every receive is exact
+ * (source and tag), so the pairs never see each other's traffic. Each
+ * thread owns one CQ.
+ *
+ *   lat   A: post the pong receive, send a ping; B: wait for the ping, post
+ *         the next ping receive, send the pong. A times each round trip and
+ *         reports half of it.
+ *   bw    A: post the ack receive, send WINDOW messages; B: wait for all of
+ *   rate  them, post the next window's receives, send a 0-byte ack. A times
+ *         each window; bandwidth and rate come from the whole measured run.
+ *
+ * Receives are posted before their message is sent (only the first message
+ * of a run may find its partner thread not started yet), so the measured
+ * traffic does not take the unexpected-message path. Sends of the first and of the last
+ * iteration come from two buffers filled with patterns seeded by (thread,
+ * direction, first/last); the middle iterations reuse the first buffer.
+ * Receivers check the payload after the first and the last iteration, and
+ * every completion is checked: status TW_OK, exact length, tag and source.
+ *
+ * Between runs (one per test and size) the ranks meet in a barrier of
+ * 0-byte messages tagged TAG_BARRIER | sequence, from the main thread on a
+ * CQ of its own. Waits give up after --timeout seconds without a completion.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <threadwire/threadwire.h>
+
+extern char **environ;
+
+#define PERF_MAX_THREADS 256
+#define PERF_MAX_WINDOW  65536
+#define PERF_MAX_SIZE    ((size_t)1 << 30)
+#define PERF_MAX_TESTS   3   /* each test once */
+#define PERF_WAIT_MS     100 /* one tw_cq_wait slice: abort/timeout checks between */
+#define PERF_POLL_MAX    32
+
+/* Tag layout: bits 0..31 thread index, bit 32 direction, bit 63 barrier. */
+#define TAG_REPLY   (UINT64_C(1) << 32)
+#define TAG_BARRIER (UINT64_C(1) << 63)
+
+typedef enum perf_test { TEST_LAT, TEST_BW, TEST_RATE } perf_test_t;
+
+static const char *const test_names[] = {"lat", "bw", "rate"};
+
+enum { ROLE_A, ROLE_B };                          /* initiator, responder */
+enum { USER_SEND = 1, USER_RECV_A, USER_RECV_B }; /* completion user values */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+typedef struct perf_opts {
+    perf_test_t tests[PERF_MAX_TESTS];
+    int ntests;
+    size_t size_min, size_max;
+    bool size_set;
+    uint64_t iters, warmup;
+    bool iters_set, warmup_set;
+    unsigned window;
+    int threads;
+    const char *transports;
+    int progress_threads;
+    tw_wait_mode_t wait_mode;
+    bool split;
+    bool csv;
+    const char *plot;
+    double timeout_s;
+} perf_opts_t;
+
+/* One measurement: a test at one size. */
+typedef struct perf_run {
+    perf_test_t test;
+    size_t size;
+    uint64_t iters, warmup;
+    unsigned window;
+} perf_run_t;
+
+/* What one thread (or the aggregate) measured. Latencies in microseconds. */
+typedef struct perf_result {
+    double lat_med, lat_avg, lat_min, lat_max;
+    double mbps, mmps;
+} perf_result_t;
+
+/* A CQ and the bookkeeping of what was posted on it. Thread: its owner. */
+typedef struct perf_ep {
+    tw_cq_t *cq;
+    int thread;     /* -1: the main thread's barrier endpoint */
+    bool responder; /* --split: the responder half of a pair */
+    const perf_run_t *run;
+    uint64_t iter;
+    uint64_t sends_posted, sends_done;
+    uint64_t recvs[2]; /* receives completed, per role */
+    uint64_t expect_tag[2];
+    size_t expect_len[2];
+    uint64_t last_event_ns;
+    unsigned idle;
+} perf_ep_t;
+
+typedef struct perf_worker {
+    int id;
+    pthread_t th;
+    perf_ep_t ep;
+    bool role[2];
+    unsigned char *sbuf[2][2]; /* [role][first/last iteration pattern] */
+    unsigned char *rbuf[2];    /* [role] */
+    double *samples;           /* ns per message (lat: half round trip) */
+    uint64_t elapsed_ns;       /* measured part of the run */
+    tw_status_t status;
+} perf_worker_t;
+
+/* A row of output: per-size aggregate, kept for --plot. */
+typedef struct perf_row {
+    perf_test_t test;
+    size_t size;
+    perf_result_t res;
+} perf_row_t;
+
+static perf_opts_t g_opts;
+static tw_context_t *g_ctx;
+static int g_rank, g_size, g_partner;
+static int g_nworkers; /* threads per process: --threads, twice that with --split */
+static atomic_bool g_abort;
+/* The start gate: a run's threads start together once all exist. */
+static pthread_mutex_t g_gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cond = PTHREAD_COND_INITIALIZER;
+static bool g_gate_open; /* guarded by g_gate_lock */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- payload patterns -------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= UINT64_C(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x *= UINT64_C(0xc4ceb9fe1a85ec53);
+    x ^= x >> 33;
+    return x;
+}
+
+/* Seed of the payload thread @p thread sends in role @p role, in the first
+ * (which = 0) or the last (which = 1) iteration of a run. */
+static uint64_t pattern_seed(int thread, int role, int which)
+{
+    return mix64((uint64_t)thread << 8 | (uint64_t)role << 4 | (uint64_t)which | UINT64_C(1) << 40);
+}
+
+static uint64_t pattern_next(uint64_t *x)
+{
+    *x = *x * UINT64_C(6364136223846793005) + UINT64_C(1442695040888963407);
+    return *x ^ *x >> 29;
+}
+
+static void pattern_fill(unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t x = seed, v;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        v = pattern_next(&x);
+        memcpy(p + i, &v, 8);
+    }
+    v = pattern_next(&x);
+    memcpy(p + i, &v, n - i);
+}
+
+/* @return n when @p p holds what pattern_fill wrote, else the first bad offset. */
+static size_t pattern_check(const unsigned char *p, size_t n, uint64_t seed)
+{
+    unsigned char want[8];
+    uint64_t x = seed, v;
+
+    for (size_t i = 0; i < n; i += 8) {
+        size_t k = n - i < 8 ? n - i : 8;
+
+        v = pattern_next(&x);
+        memcpy(want, &v, 8);
+        if (memcmp(p + i, want, k) != 0) {
+            for (size_t j = 0; j < k; j++) {
+                if (p[i + j] != want[j]) {
+                    return i + j;
+                }
+            }
+        }
+    }
+    return n;
+}
+
+/* ---- endpoint: posting, completions, waiting --------------------------- */
+
+static void ep_where(const perf_ep_t *ep, char *buf, size_t len)
+{
+    if (ep->thread < 0) {
+        snprintf(buf, len, "rank %d barrier", g_rank);
+    } else if (ep->run != NULL) {
+        snprintf(buf, len, "rank %d thread %d%s (%s, %zu B, iteration %" PRIu64 " of %" PRIu64 ")",
+                 g_rank, ep->thread, ep->responder ? " responder" : "", test_names[ep->run->test],
+                 ep->run->size, ep->iter + 1, ep->run->warmup + ep->run->iters);
+    } else {
+        snprintf(buf, len, "rank %d thread %d", g_rank, ep->thread);
+    }
+}
+
+/* Report a failure once, stop the other threads, return @p st. */
+__attribute__((format(printf, 3, 4))) static tw_status_t ep_fail(perf_ep_t *ep, tw_status_t st,
+                                                                 const char *fmt, ...)
+{
+    char where[160], msg[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ep_where(ep, where, sizeof(where));
+    fprintf(stderr, "tw_perf: %s: %s\n", where, msg);
+    atomic_store_explicit(&g_abort, true, memory_order_relaxed);
+    return st;
+}
+
+static tw_status_t ep_complete(perf_ep_t *ep, const tw_completion_t *c)
+{
+    uintptr_t kind = (uintptr_t)c->user;
+
+    if (kind == USER_SEND) {
+        if (c->status != TW_OK || c->op != TW_OP_SEND) {
+            return ep_fail(ep, c->status != TW_OK ? c->status : TW_ERR_PROTOCOL,
+                           "send completed with %s (op %d)", tw_strerror(c->status), (int)c->op);
+        }
+        ep->sends_done++;
+        return TW_OK;
+    }
+    if (kind == USER_RECV_A || kind == USER_RECV_B) {
+        int role = kind == USER_RECV_A ? ROLE_A : ROLE_B;
+
+        if (c->status != TW_OK) {
+            return ep_fail(ep, c->status, "receive completed with %s (length %zu, expected %zu)",
+                           tw_strerror(c->status), c->length, ep->expect_len[role]);
+        }
+        if (c->op != TW_OP_RECV || c->length != ep->expect_len[role] ||
+            c->tag != ep->expect_tag[role] || c->peer != g_partner) {
+            return ep_fail(ep, TW_ERR_PROTOCOL,
+                           "receive completed with tag 0x%" PRIx64 ", %zu B from rank %d; "
+                           "expected tag 0x%" PRIx64 ", %zu B from rank %d",
+                           c->tag, c->length, c->peer, ep->expect_tag[role], ep->expect_len[role],
+                           g_partner);
+        }
+        ep->recvs[role]++;
+        return TW_OK;
+    }
+    return ep_fail(ep, TW_ERR_PROTOCOL, "completion with unknown user value %p", c->user);
+}
+
+/* Take what completed, or wait a little for it. TW_ERR_TIMEOUT after
+ * --timeout seconds without a completion; TW_ERR_CANCELED (quietly) when
+ * another thread failed. */
+static tw_status_t ep_progress(perf_ep_t *ep)
+{
+    tw_completion_t c[PERF_POLL_MAX];
+    bool spin = g_opts.wait_mode == TW_WAIT_SPIN;
+    int n;
+
+    if (spin) {
+        n = tw_cq_poll(ep->cq, c, PERF_POLL_MAX);
+        if (n == 0) {
+            (void)tw_progress(g_ctx); /* required in manual mode, a no-op otherwise */
+        }
+    } else {
+        n = tw_cq_wait(ep->cq, c, PERF_POLL_MAX, PERF_WAIT_MS);
+    }
+    if (n < 0) {
+        return ep_fail(ep, TW_ERR_INVALID, "%s failed", spin ? "tw_cq_poll" : "tw_cq_wait");
+    }
+    if (n > 0) {
+        ep->last_event_ns = now_ns();
+        for (int i = 0; i < n; i++) {
+            tw_status_t st = ep_complete(ep, &c[i]);
+            if (st != TW_OK) {
+                return st;
+            }
+        }
+        return TW_OK;
+    }
+    if (!spin || (++ep->idle & 1023) == 0) {
+        if (atomic_load_explicit(&g_abort, memory_order_relaxed)) {
+            return TW_ERR_CANCELED;
+        }
+        if ((double)(now_ns() - ep->last_event_ns) > g_opts.timeout_s * 1e9) {
+            return ep_fail(ep, TW_ERR_TIMEOUT,
+                           "no completion for %g s (sends: %" PRIu64 " of %" PRIu64
+                           " done; received: %" PRIu64 " replies, %" PRIu64 " requests)",
+                           g_opts.timeout_s, ep->sends_done, ep->sends_posted, ep->recvs[0],
+                           ep->recvs[1]);
+        }
+    }
+    return TW_OK;
+}
+
+/* Wait until *counter reaches target. */
+static tw_status_t ep_wait(perf_ep_t *ep, const uint64_t *counter, uint64_t target)
+{
+    ep->last_event_ns = now_ns();
+    while (*counter < target) {
+        tw_status_t st = ep_progress(ep);
+        if (st != TW_OK) {
+            return st;
+        }
+    }
+    return TW_OK;
+}
+
+static tw_status_t ep_send(perf_ep_t *ep, const void *buf, size_t len, uint64_t tag)
+{
+    ep->last_event_ns = now_ns();
+    for (;;) {
+        tw_status_t st =
+            tw_send(g_ctx, g_partner, tag, buf, len, ep->cq, (void *)(uintptr_t)USER_SEND);
+        if (st == TW_OK) {
+            ep->sends_posted++;
+            return TW_OK;
+        }
+        if (st != TW_ERR_AGAIN) {
+            return ep_fail(ep, st, "tw_send(to rank %d, tag 0x%" PRIx64 ", %zu B): %s", g_partner,
+                           tag, len, tw_strerror(st));
+        }
+        st = ep_progress(ep); /* CQ full: make room */
+        if (st != TW_OK) {
+            return st;
+        }
+    }
+}
+
+static tw_status_t ep_recv(perf_ep_t *ep, int role, void *buf, size_t len)
+{
+    ep->last_event_ns = now_ns();
+    for (;;) {
+        tw_status_t st = tw_recv(g_ctx, g_partner, ep->expect_tag[role], 0, buf, len, ep->cq,
+                                 (void *)(uintptr_t)(role == ROLE_A ? USER_RECV_A : USER_RECV_B));
+        if (st == TW_OK) {
+            return TW_OK;
+        }
+        if (st != TW_ERR_AGAIN) {
+            return ep_fail(ep, st, "tw_recv(from rank %d, tag 0x%" PRIx64 ", %zu B): %s", g_partner,
+                           ep->expect_tag[role], len, tw_strerror(st));
+        }
+        st = ep_progress(ep);
+        if (st != TW_OK) {
+            return st;
+        }
+    }
+}
+
+/* ---- the tests --------------------------------------------------------- */
+
+/* Check what role @p role received in iteration pattern @p which (sent by
+ * the other role). */
+static tw_status_t worker_verify(perf_worker_t *w, int role, int which)
+{
+    size_t n = w->ep.run->size;
+    size_t bad = pattern_check(w->rbuf[role], n, pattern_seed(w->id, 1 - role, which));
+
+    if (bad != n) {
+        return ep_fail(&w->ep, TW_ERR_PROTOCOL, "payload mismatch at byte %zu of %zu", bad, n);
+    }
+    return TW_OK;
+}
+
+static tw_status_t run_lat(perf_worker_t *w)
+{
+    perf_ep_t *ep = &w->ep;
+    const perf_run_t *r = ep->run;
+    uint64_t total = r->warmup + r->iters, tag = (uint64_t)w->id;
+    tw_status_t st = TW_OK;
+
+    ep->expect_tag[ROLE_A] = tag | TAG_REPLY;
+    ep->expect_tag[ROLE_B] = tag;
+    ep->expect_len[ROLE_A] = ep->expect_len[ROLE_B] = r->size;
+    if (w->role[ROLE_B]) {
+        st = ep_recv(ep, ROLE_B, w->rbuf[ROLE_B], r->size);
+    }
+    for (uint64_t k = 0; k < total && st == TW_OK; k++) {
+        int which = k + 1 == total;
+        bool check = k == 0 || k + 1 == total;
+        uint64_t t0 = 0;
+
+        ep->iter = k;
+        if (w->role[ROLE_A]) {
+            if ((st = ep_recv(ep, ROLE_A, w->rbuf[ROLE_A], r->size)) != TW_OK) {
+                break;
+            }
+            t0 = now_ns();
+            if ((st = ep_send(ep, w->sbuf[ROLE_A][which], r->size, tag)) != TW_OK) {
+                break;
+            }
+        }
+        if (w->role[ROLE_B]) {
+            if ((st = ep_wait(ep, &ep->recvs[ROLE_B], k + 1)) != TW_OK) {
+                break;
+            }
+            if (check && (st = worker_verify(w, ROLE_B, which)) != TW_OK) {
+                break;
+            }
+            if (k + 1 < total && (st = ep_recv(ep, ROLE_B, w->rbuf[ROLE_B], r->size)) != TW_OK) {
+                break;
+            }
+            if ((st = ep_send(ep, w->sbuf[ROLE_B][which], r->size, tag | TAG_REPLY)) != TW_OK) {
+                break;
+            }
+        }
+        if (w->role[ROLE_A]) {
+            if ((st = ep_wait(ep, &ep->recvs[ROLE_A], k + 1)) != TW_OK) {
+                break;
+            }
+            uint64_t rtt = now_ns() - t0;
+            if (k >= r->warmup) {
+                w->samples[k - r->warmup] = (double)rtt / 2;
+                w->elapsed_ns += rtt;
+            }
+            if (check) {
+                st = worker_verify(w, ROLE_A, which);
+            }
+        }
+    }
+    if (st == TW_OK) {
+        st = ep_wait(ep, &ep->sends_done, ep->sends_posted);
+    }
+    return st;
+}
+
+/* bw and rate: windows of sends, each acknowledged by a 0-byte reply. */
+static tw_status_t run_stream(perf_worker_t *w)
+{
+    perf_ep_t *ep = &w->ep;
+    const perf_run_t *r = ep->run;
+    uint64_t total = r->warmup + r->iters, tag = (uint64_t)w->id, t_start = 0;
+    unsigned wnd = r->window;
+    static char ack; /* 0-byte messages: never read or written */
+    tw_status_t st = TW_OK;
+
+    ep->expect_tag[ROLE_A] = tag | TAG_REPLY;
+    ep->expect_tag[ROLE_B] = tag;
+    ep->expect_len[ROLE_A] = 0;
+    ep->expect_len[ROLE_B] = r->size;
+    for (unsigned j = 0; w->role[ROLE_B] && j < wnd && st == TW_OK; j++) {
+        st = ep_recv(ep, ROLE_B, w->rbuf[ROLE_B], r->size);
+    }
+    for (uint64_t k = 0; k < total && st == TW_OK; k++) {
+        int which = k + 1 == total;
+        uint64_t t0 = 0;
+
+        ep->iter = k;
+        if (w->role[ROLE_A]) {
+            if ((st = ep_recv(ep, ROLE_A, &ack, 0)) != TW_OK) {
+                break;
+            }
+            t0 = now_ns();
+            if (k == r->warmup) {
+                t_start = t0;
+            }
+            for (unsigned j = 0; j < wnd && st == TW_OK; j++) {
+                st = ep_send(ep, w->sbuf[ROLE_A][which], r->size, tag);
+            }
+            if (st != TW_OK) {
+                break;
+            }
+        }
+        if (w->role[ROLE_B]) {
+            if ((st = ep_wait(ep, &ep->recvs[ROLE_B], (k + 1) * wnd)) != TW_OK) {
+                break;
+            }
+            if ((k == 0 || k + 1 == total) && (st = worker_verify(w, ROLE_B, which)) != TW_OK) {
+                break;
+            }
+            for (unsigned j = 0; k + 1 < total && j < wnd && st == TW_OK; j++) {
+                st = ep_recv(ep, ROLE_B, w->rbuf[ROLE_B], r->size);
+            }
+            if (st != TW_OK || (st = ep_send(ep, &ack, 0, tag | TAG_REPLY)) != TW_OK) {
+                break;
+            }
+        }
+        if (w->role[ROLE_A]) {
+            if ((st = ep_wait(ep, &ep->recvs[ROLE_A], k + 1)) != TW_OK) {
+                break;
+            }
+            uint64_t t1 = now_ns();
+            if (k >= r->warmup) {
+                w->samples[k - r->warmup] = (double)(t1 - t0) / wnd;
+                w->elapsed_ns = t1 - t_start;
+            }
+        }
+    }
+    if (st == TW_OK) {
+        st = ep_wait(ep, &ep->sends_done, ep->sends_posted);
+    }
+    return st;
+}
+
+static void *worker_main(void *arg)
+{
+    perf_worker_t *w = arg;
+
+    pthread_mutex_lock(&g_gate_lock);
+    while (!g_gate_open) {
+        pthread_cond_wait(&g_gate_cond, &g_gate_lock);
+    }
+    pthread_mutex_unlock(&g_gate_lock);
+    if (atomic_load_explicit(&g_abort, memory_order_relaxed)) {
+        w->status = TW_ERR_CANCELED;
+    } else {
+        w->status = w->ep.run->test == TEST_LAT ? run_lat(w) : run_stream(w);
+    }
+    return NULL;
+}
+
+/* ---- statistics -------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(double *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static perf_result_t worker_result(perf_worker_t *w, const perf_run_t *r)
+{
+    perf_result_t res;
+    uint64_t msgs = r->test == TEST_LAT ? 2 * r->iters : r->iters * r->window;
+    double sum = 0, secs = (double)w->elapsed_ns * 1e-9;
+
+    res.lat_min = res.lat_max = w->samples[0];
+    for (uint64_t i = 0; i < r->iters; i++) {
+        sum += w->samples[i];
+        res.lat_min = w->samples[i] < res.lat_min ? w->samples[i] : res.lat_min;
+        res.lat_max = w->samples[i] > res.lat_max ? w->samples[i] : res.lat_max;
+    }
+    res.lat_avg = sum / (double)r->iters / 1e3;
+    res.lat_min /= 1e3;
+    res.lat_max /= 1e3;
+    res.lat_med = median_of(w->samples, r->iters) / 1e3;
+    if (secs <= 0) {
+        secs = 1e-9;
+    }
+    res.mbps = (double)msgs * (double)r->size / secs / 1e6;
+    res.mmps = (double)msgs / secs / 1e6;
+    return res;
+}
+
+/* Sums of bandwidth and rate; median of the thread medians. */
+static perf_result_t aggregate(const perf_result_t *res, int n)
+{
+    perf_result_t a = res[0];
+    double *med = malloc((size_t)n * sizeof(*med));
+    double sum_avg = 0;
+
+    a.mbps = a.mmps = 0;
+    for (int i = 0; i < n; i++) {
+        a.mbps += res[i].mbps;
+        a.mmps += res[i].mmps;
+        sum_avg += res[i].lat_avg;
+        a.lat_min = res[i].lat_min < a.lat_min ? res[i].lat_min : a.lat_min;
+        a.lat_max = res[i].lat_max > a.lat_max ? res[i].lat_max : a.lat_max;
+        if (med != NULL) {
+            med[i] = res[i].lat_med;
+        }
+    }
+    a.lat_avg = sum_avg / n;
+    if (med != NULL) {
+        a.lat_med = median_of(med, (size_t)n);
+        free(med);
+    }
+    return a;
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+static void print_header(void)
+{
+    if (g_opts.csv) {
+        printf("test,size,threads,thread,iterations,warmup,window,lat_median_us,lat_avg_us,"
+               "lat_min_us,lat_max_us,bw_MBps,rate_Mmsgps\n");
+        return;
+    }
+    printf("%-5s %9s %7s %6s %9s %6s %10s %10s %10s %10s %11s %9s\n", "test", "size", "threads",
+           "thread", "iters", "window", "median(us)", "avg(us)", "min(us)", "max(us)", "bw(MB/s)",
+           "Mmsg/s");
+}
+
+static void print_row(const perf_run_t *r, const char *thread, const perf_result_t *res)
+{
+    unsigned wnd = r->test == TEST_LAT ? 1 : r->window;
+
+    if (g_opts.csv) {
+        printf("%s,%zu,%d,%s,%" PRIu64 ",%" PRIu64 ",%u,%.3f,%.3f,%.3f,%.3f,%.2f,%.4f\n",
+               test_names[r->test], r->size, g_opts.threads, thread, r->iters, r->warmup, wnd,
+               res->lat_med, res->lat_avg, res->lat_min, res->lat_max, res->mbps, res->mmps);
+        return;
+    }
+    printf("%-5s %9zu %7d %6s %9" PRIu64 " %6u %10.3f %10.3f %10.3f %10.3f %11.2f %9.4f\n",
+           test_names[r->test], r->size, g_opts.threads, thread, r->iters, wnd, res->lat_med,
+           res->lat_avg, res->lat_min, res->lat_max, res->mbps, res->mmps);
+}
+
+/* FILE.png -> FILE<ext>; any other name gets <ext> appended. */
+static char *derived_name(const char *png, const char *ext)
+{
+    size_t n = strlen(png);
+    char *s;
+
+    if (n > 4 && strcmp(png + n - 4, ".png") == 0) {
+        n -= 4;
+    }
+    s = malloc(n + strlen(ext) + 1);
+    if (s != NULL) {
+        memcpy(s, png, n);
+        strcpy(s + n, ext);
+    }
+    return s;
+}
+
+/* A gnuplot single-quoted string: quotes doubled. */
+static void gp_quote(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s != '\0'; s++) {
+        if (*s == '\'') {
+            fputc('\'', f);
+        }
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+static bool on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char buf[4096];
+
+    while (path != NULL && *path != '\0') {
+        const char *end = strchr(path, ':');
+        size_t len = end != NULL ? (size_t)(end - path) : strlen(path);
+
+        if (len > 0 && len + strlen(prog) + 2 < sizeof(buf)) {
+            snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, path, prog);
+            if (access(buf, X_OK) == 0) {
+                return true;
+            }
+        }
+        path = end != NULL ? end + 1 : NULL;
+    }
+    return false;
+}
+
+/* Before measuring: can FILE.dat and FILE.gp be written?
+ * @return EXIT_OK or EXIT_FAIL (said why). */
+static int plot_probe(void)
+{
+    const char *exts[] = {".dat", ".gp"};
+    int rc = EXIT_OK;
+
+    for (int i = 0; i < 2 && rc == EXIT_OK; i++) {
+        char *name = derived_name(g_opts.plot, exts[i]);
+        FILE *f = name != NULL ? fopen(name, "w") : NULL;
+
+        if (f == NULL) {
+            fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", name ? name : exts[i],
+                    name ? strerror(errno) : "out of memory");
+            rc = EXIT_FAIL;
+        } else {
+            fclose(f);
+        }
+        free(name);
+    }
+    return rc;
+}
+
+/* Write FILE.dat and FILE.gp, run gnuplot when there is one.
+ * @return EXIT_OK, or EXIT_FAIL when a file cannot be written or gnuplot fails. */
+static int write_plot(const perf_row_t *rows, int nrows)
+{
+    static const struct {
+        const char *ylabel;
+        int col;
+        bool logy;
+    } axes[] = {[TEST_LAT] = {"half round trip (us)", 2, true},
+                [TEST_BW] = {"bandwidth (MB/s)", 5, true},
+                [TEST_RATE] = {"message rate (M msgs/s)", 6, false}};
+    char *dat = derived_name(g_opts.plot, ".dat"), *gp = derived_name(g_opts.plot, ".gp");
+    int rc = EXIT_FAIL;
+    FILE *f = NULL;
+
+    if (dat == NULL || gp == NULL) {
+        fprintf(stderr, "tw_perf: --plot: out of memory\n");
+        goto out;
+    }
+    if ((f = fopen(dat, "w")) == NULL) {
+        fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", dat, strerror(errno));
+        goto out;
+    }
+    for (int t = 0; t < g_opts.ntests; t++) {
+        fprintf(f,
+                "%s# tw_perf %s, %d thread(s): size_B lat_median_us lat_avg_us lat_min_us "
+                "bw_MBps rate_Mmsgps\n",
+                t > 0 ? "\n\n" : "", test_names[g_opts.tests[t]], g_opts.threads);
+        for (int i = 0; i < nrows; i++) {
+            const perf_result_t *p = &rows[i].res;
+            if (rows[i].test == g_opts.tests[t]) {
+                fprintf(f, "%zu %.3f %.3f %.3f %.2f %.4f\n", rows[i].size, p->lat_med, p->lat_avg,
+                        p->lat_min, p->mbps, p->mmps);
+            }
+        }
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", dat, strerror(errno));
+        goto out;
+    }
+    if ((f = fopen(gp, "w")) == NULL) {
+        fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", gp, strerror(errno));
+        goto out;
+    }
+    fprintf(f, "# gnuplot script written by tw_perf: gnuplot ");
+    gp_quote(f, gp);
+    fprintf(f,
+            "\nif (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+            "    set terminal pngcairo size %d,500 noenhanced\n"
+            "} else {\n"
+            "    set terminal png size %d,500 noenhanced\n"
+            "}\nset output ",
+            500 * g_opts.ntests + 100, 500 * g_opts.ntests + 100);
+    gp_quote(f, g_opts.plot);
+    fprintf(f,
+            "\nset grid\nset key top left\nset logscale x 2\nset xlabel 'message size (bytes)'\n"
+            "set multiplot layout 1,%d title 'tw_perf, %d process(es), %d thread pair(s)'\n",
+            g_opts.ntests, g_size, g_opts.threads);
+    for (int t = 0; t < g_opts.ntests; t++) {
+        perf_test_t test = g_opts.tests[t];
+        fprintf(f, "set title '%s'\nset ylabel '%s'\n%s\nplot ", test_names[test],
+                axes[test].ylabel,
+                axes[test].logy ? "set logscale y; set yrange [*:*]"
+                                : "unset logscale y; set yrange [0:*]");
+        gp_quote(f, dat);
+        fprintf(f, " index %d using 1:%d with linespoints title '%s'", t, axes[test].col,
+                test == TEST_LAT ? "median" : "all threads");
+        if (test == TEST_LAT) {
+            fprintf(f, ", '' index %d using 1:3 with linespoints title 'average'", t);
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "unset multiplot\n");
+    if (fclose(f) != 0) {
+        f = NULL;
+        fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", gp, strerror(errno));
+        goto out;
+    }
+    f = NULL;
+    if (!on_path("gnuplot")) {
+        fprintf(stderr,
+                "tw_perf: --plot needs gnuplot (apt-get install gnuplot-nox); the data is in %s "
+                "and the script in %s\n",
+                dat, gp);
+        rc = EXIT_OK;
+        goto out;
+    }
+    {
+        char *argv[] = {"gnuplot", gp, NULL};
+        pid_t pid;
+        int ws, err = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
+
+        if (err != 0) {
+            fprintf(stderr, "tw_perf: --plot: cannot run gnuplot: %s\n", strerror(err));
+            goto out;
+        }
+        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+        }
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+            fprintf(stderr, "tw_perf: --plot: gnuplot %s failed; the data is in %s\n", gp, dat);
+            goto out;
+        }
+    }
+    if (!g_opts.csv) {
+        printf("# plot: %s (data %s, script %s)\n", g_opts.plot, dat, gp);
+    }
+    rc = EXIT_OK;
+out:
+    if (f != NULL) {
+        fclose(f);
+    }
+    free(dat);
+    free(gp);
+    return rc;
+}
+
+/* ---- running ----------------------------------------------------------- */
+
+/* The ranks meet: each sends a 0-byte message to its partner and waits for
+ * the partner's. @p seq keeps consecutive barriers apart. */
+static tw_status_t rank_barrier(perf_ep_t *ep, uint64_t seq)
+{
+    static char none;
+    uint64_t want = ep->recvs[ROLE_B] + 1;
+    tw_status_t st;
+
+    ep->expect_tag[ROLE_B] = TAG_BARRIER | seq;
+    ep->expect_len[ROLE_B] = 0;
+    if ((st = ep_recv(ep, ROLE_B, &none, 0)) != TW_OK ||
+        (st = ep_send(ep, &none, 0, TAG_BARRIER | seq)) != TW_OK ||
+        (st = ep_wait(ep, &ep->recvs[ROLE_B], want)) != TW_OK) {
+        return st;
+    }
+    return ep_wait(ep, &ep->sends_done, ep->sends_posted);
+}
+
+static uint64_t default_iters(perf_test_t test, size_t size, unsigned window)
+{
+    uint64_t bytes = size > 64 ? size : 64, n;
+
+    /* About 256 MiB ping-ponged or 512 MiB streamed, small messages capped
+     * by count: a fraction of a second per size on a node, about a second
+     * where threads outnumber the cores and waits sleep (70 us round trips). */
+    if (test == TEST_LAT) {
+        n = (UINT64_C(256) << 20) / bytes;
+        return n < 20 ? 20 : n > 10000 ? 10000 : n;
+    }
+    n = (UINT64_C(512) << 20) / (bytes * window);
+    return n < 10 ? 10 : n > 5000 ? 5000 : n;
+}
+
+static void *alloc_buf(size_t size)
+{
+    void *p = NULL;
+
+    if (posix_memalign(&p, 4096, size > 0 ? size : 1) != 0) {
+        return NULL;
+    }
+    memset(p, 0, size > 0 ? size : 1);
+    return p;
+}
+
+static void worker_free(perf_worker_t *w)
+{
+    for (int r = 0; r < 2; r++) {
+        free(w->sbuf[r][0]);
+        free(w->sbuf[r][1]);
+        free(w->rbuf[r]);
+    }
+    free(w->samples);
+}
+
+/* One test at one size on every thread. @p res_p receives the aggregate. */
+static int run_one(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res_p)
+{
+    perf_result_t *res = calloc((size_t)g_opts.threads, sizeof(*res));
+    int started = 0, rc = EXIT_OK;
+
+    if (res == NULL) {
+        fprintf(stderr, "tw_perf: out of memory\n");
+        return EXIT_FAIL;
+    }
+    for (int j = 0; j < g_nworkers; j++) {
+        perf_worker_t *w = &ws[j];
+        tw_cq_t *cq = w->ep.cq;
+        int i = j % g_opts.threads;
+
+        memset(w, 0, sizeof(*w));
+        w->id = i;
+        if (g_size == 2) {
+            w->role[g_rank == 0 ? ROLE_A : ROLE_B] = true;
+        } else if (g_opts.split) {
+            w->role[j < g_opts.threads ? ROLE_A : ROLE_B] = true;
+        } else {
+            w->role[ROLE_A] = w->role[ROLE_B] = true;
+        }
+        w->ep = (perf_ep_t){.cq = cq, .thread = i, .responder = !w->role[ROLE_A], .run = r};
+        w->samples = calloc(r->iters, sizeof(double));
+        for (int role = 0; role < 2; role++) {
+            /* bw/rate: the replies are 0-byte acks, nothing to allocate */
+            bool sends = w->role[role] && (role == ROLE_A || r->test == TEST_LAT);
+            bool recvs = w->role[role] && (role == ROLE_B || r->test == TEST_LAT);
+            for (int which = 0; sends && which < 2; which++) {
+                w->sbuf[role][which] = alloc_buf(r->size);
+                if (w->sbuf[role][which] != NULL) {
+                    pattern_fill(w->sbuf[role][which], r->size, pattern_seed(i, role, which));
+                } else {
+                    rc = EXIT_FAIL;
+                }
+            }
+            if (recvs && (w->rbuf[role] = alloc_buf(r->size)) == NULL) {
+                rc = EXIT_FAIL;
+            }
+        }
+        if (w->samples == NULL) {
+            rc = EXIT_FAIL;
+        }
+    }
+    if (rc != EXIT_OK) {
+        fprintf(stderr, "tw_perf: out of memory for %d threads of %zu B buffers\n", g_nworkers,
+                r->size);
+        goto out;
+    }
+    pthread_mutex_lock(&g_gate_lock);
+    g_gate_open = false;
+    pthread_mutex_unlock(&g_gate_lock);
+    for (; started < g_nworkers; started++) {
+        if (pthread_create(&ws[started].th, NULL, worker_main, &ws[started]) != 0) {
+            fprintf(stderr, "tw_perf: rank %d: cannot start thread %d\n", g_rank, started);
+            atomic_store_explicit(&g_abort, true, memory_order_relaxed);
+            rc = EXIT_FAIL;
+            break;
+        }
+    }
+    pthread_mutex_lock(&g_gate_lock);
+    g_gate_open = true;
+    pthread_cond_broadcast(&g_gate_cond);
+    pthread_mutex_unlock(&g_gate_lock);
+    for (int i = 0; i < started; i++) {
+        pthread_join(ws[i].th, NULL);
+        if (ws[i].status != TW_OK) {
+            rc = EXIT_FAIL;
+        }
+    }
+    if (rc == EXIT_OK && g_rank == 0) {
+        for (int i = 0; i < g_opts.threads; i++) {
+            res[i] = worker_result(&ws[i], r);
+        }
+        *res_p = aggregate(res, g_opts.threads);
+        for (int i = 0; g_opts.threads > 1 && i < g_opts.threads; i++) {
+            char id[16];
+            snprintf(id, sizeof(id), "%d", i);
+            print_row(r, id, &res[i]);
+        }
+        print_row(r, "all", res_p);
+        fflush(stdout);
+    }
+out:
+    for (int i = 0; i < g_nworkers; i++) {
+        worker_free(&ws[i]);
+        ws[i].samples = NULL;
+        memset(ws[i].sbuf, 0, sizeof(ws[i].sbuf));
+        memset(ws[i].rbuf, 0, sizeof(ws[i].rbuf));
+    }
+    free(res);
+    return rc;
+}
+
+static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *what, void *arg)
+{
+    (void)ctx;
+    (void)arg;
+    fprintf(stderr, "tw_perf: rank %d: peer %d: %s: %s\n", g_rank, peer,
+            what != NULL ? what : "error", tw_strerror(err));
+    atomic_store_explicit(&g_abort, true, memory_order_relaxed);
+}
+
+/* Destroy a CQ of a finalized context: drain it, then retry while the last
+ * completions are handed over. */
+static void cq_close(tw_cq_t *cq)
+{
+    tw_completion_t c[PERF_POLL_MAX];
+    tw_status_t st = TW_ERR_AGAIN;
+
+    for (int tries = 0; cq != NULL && tries < 1000 && st == TW_ERR_AGAIN; tries++) {
+        while (tw_cq_poll(cq, c, PERF_POLL_MAX) > 0) {
+        }
+        st = tw_cq_destroy(cq);
+    }
+    if (cq != NULL && st != TW_OK) {
+        fprintf(stderr, "tw_perf: rank %d: tw_cq_destroy: %s\n", g_rank, tw_strerror(st));
+    }
+}
+
+/* ---- options ----------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: tw_perf [options]               a job of one: rank 0 is its own partner\n"
+        "       twrun -n 2 tw_perf [options]    rank 0 measures against rank 1\n"
+        "\n"
+        "Point-to-point benchmarks over threadwire's public API (after UCX's ucx_perftest).\n"
+        "Thread i of one rank pairs with thread i of the other (tag i, exact receives);\n"
+        "each thread has its own completion queue.\n"
+        "\n"
+        "Tests:\n"
+        "  -x, --test LIST        lat, bw, rate, or a comma-separated list of them (default lat)\n"
+        "                           lat   ping-pong; half the round trip: median, average,\n"
+        "                                 min, max of the per-iteration samples\n"
+        "                           bw    streaming: a window of sends per iteration, the\n"
+        "                                 receiver acks each window with a 0-byte message\n"
+        "                           rate  as bw, for the message rate (M msgs/s)\n"
+        "Sizes and counts:\n"
+        "  -s, --size SIZE|MIN:MAX message size in bytes, or a sweep doubling from MIN to MAX\n"
+        "                         (MAX included); suffixes k, m, g = 2^10, 2^20, 2^30\n"
+        "                         (default 8 for lat and rate, 1m for bw)\n"
+        "  -n, --iters N          measured iterations per size (default: by test and size,\n"
+        "                         lat 10000 for small messages down to 20, bw and rate\n"
+        "                         5000 windows down to 10: about a second per size or less)\n"
+        "  -W, --warmup N         unmeasured iterations first (default iters/10, 1..1000)\n"
+        "  -w, --window W         sends in flight per bw/rate iteration (default 32)\n"
+        "  -t, --threads T        threads per process, 1..%d (default 1)\n"
+        "      --split            in a job of one, run each pair as two threads, initiator\n"
+        "                         and responder, as two processes would (default: one\n"
+        "                         thread plays both roles); no effect with 2 processes\n"
+        "Library configuration (tw_config_t; TW_* environment variables override it):\n"
+        "  -T, --transports LIST  tw_config_t.transports, e.g. self,shm (default: all usable)\n"
+        "  -p, --progress-threads N\n"
+        "                         -1 auto (default), 0 manual: the benchmark threads drive\n"
+        "                         tw_progress while they wait, N: exactly N progress threads\n"
+        "  -m, --wait-mode MODE   spin, block or adaptive (default adaptive): the library's\n"
+        "                         wait mode; with spin tw_perf polls its CQs (tw_cq_poll),\n"
+        "                         otherwise it waits in tw_cq_wait\n"
+        "Output (rank 0; the other rank prints errors only):\n"
+        "      --csv              CSV on stdout: a header line, then rows\n"
+        "      --plot FILE.png    plot the sizes with gnuplot; FILE.dat (data) and FILE.gp\n"
+        "                         (script) are written beside it. Without gnuplot on PATH\n"
+        "                         tw_perf says so, keeps the data file and still exits 0\n"
+        "      --timeout SEC      fail when a wait sees no completion for SEC seconds\n"
+        "                         (default 10)\n"
+        "  -h, --help             this text\n"
+        "\n"
+        "Each size gives one row per thread (with -t > 1) and a row 'all': bandwidth and rate\n"
+        "summed over threads, latency median = the median of the thread medians. Columns:\n"
+        "test, size (B), threads, thread, iterations (measured), window (1 for lat), latency\n"
+        "median/avg/min/max in us (lat: half round trip; bw, rate: window time / window),\n"
+        "bandwidth in MB/s (10^6 B/s), rate in M msgs/s. The CSV also has the warm-up count.\n"
+        "Payloads are checked on the first and the last iteration of each size, and every\n"
+        "completion for status, length, tag and source.\n"
+        "\n"
+        "Exit status: 0 success; 1 an API error, a timeout, a lost or corrupted message, or a\n"
+        "job of more than 2 processes; 2 a usage error.\n",
+        PERF_MAX_THREADS);
+}
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "tw_perf: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(tw_perf --help lists the options)\n");
+    return EXIT_USAGE;
+}
+
+/* Unsigned decimal, nothing after it. */
+static bool parse_u64(const char *s, uint64_t *v_p)
+{
+    char *end;
+    unsigned long long v;
+
+    if (s == NULL || *s < '0' || *s > '9') {
+        return false;
+    }
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0') {
+        return false;
+    }
+    *v_p = v;
+    return true;
+}
+
+/* A size: decimal with an optional k, m or g (binary multiples). */
+static bool parse_size(const char *s, size_t *v_p)
+{
+    char *end;
+    unsigned long long v;
+    unsigned shift = 0;
+
+    if (*s < '0' || *s > '9') {
+        return false;
+    }
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0) {
+        return false;
+    }
+    switch (*end) {
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    default:
+        return false;
+    }
+    if (*end != '\0' && end[1] != '\0' && !((end[1] == 'b' || end[1] == 'B') && end[2] == '\0')) {
+        return false;
+    }
+    if (v > PERF_MAX_SIZE >> shift) {
+        return false;
+    }
+    *v_p = (size_t)(v << shift);
+    return true;
+}
+
+static int parse_tests(const char *arg)
+{
+    char buf[256], *save = NULL;
+
+    if (strlen(arg) >= sizeof(buf)) {
+        return usage_error("-x: list too long");
+    }
+    strcpy(buf, arg);
+    g_opts.ntests = 0;
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        int k = -1;
+        for (int i = 0; i < (int)(sizeof(test_names) / sizeof(test_names[0])); i++) {
+            if (strcmp(t, test_names[i]) == 0) {
+                k = i;
+            }
+        }
+        if (k < 0) {
+            return usage_error("-x: unknown test '%s' (lat, bw or rate)", t);
+        }
+        bool dup = false;
+        for (int i = 0; i < g_opts.ntests; i++) {
+            dup = dup || g_opts.tests[i] == (perf_test_t)k;
+        }
+        if (!dup) { /* each test once: the --plot data has one block per test */
+            g_opts.tests[g_opts.ntests++] = (perf_test_t)k;
+        }
+    }
+    if (g_opts.ntests == 0) {
+        return usage_error("-x: no test named");
+    }
+    return EXIT_OK;
+}
+
+/* @return -1 to go on, or the exit status. */
+static int parse_args(int argc, char **argv)
+{
+    enum { OPT_CSV = 256, OPT_PLOT, OPT_TIMEOUT, OPT_SPLIT };
+    static const struct option longopts[] = {
+        {"test", required_argument, NULL, 'x'},
+        {"size", required_argument, NULL, 's'},
+        {"iters", required_argument, NULL, 'n'},
+        {"warmup", required_argument, NULL, 'W'},
+        {"window", required_argument, NULL, 'w'},
+        {"threads", required_argument, NULL, 't'},
+        {"transports", required_argument, NULL, 'T'},
+        {"progress-threads", required_argument, NULL, 'p'},
+        {"wait-mode", required_argument, NULL, 'm'},
+        {"split", no_argument, NULL, OPT_SPLIT},
+        {"csv", no_argument, NULL, OPT_CSV},
+        {"plot", required_argument, NULL, OPT_PLOT},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t v;
+    int opt, rc;
+
+    g_opts = (perf_opts_t){.tests = {TEST_LAT},
+                           .ntests = 1,
+                           .window = 32,
+                           .threads = 1,
+                           .progress_threads = -1,
+                           .wait_mode = TW_WAIT_ADAPTIVE,
+                           .timeout_s = 10};
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":x:s:n:W:w:t:T:p:m:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'x':
+            if ((rc = parse_tests(optarg)) != EXIT_OK) {
+                return rc;
+            }
+            break;
+        case 's': {
+            char *colon = strchr(optarg, ':');
+            bool ok;
+            if (colon != NULL) {
+                *colon = '\0';
+                ok =
+                    parse_size(optarg, &g_opts.size_min) && parse_size(colon + 1, &g_opts.size_max);
+                *colon = ':';
+                if (ok && (g_opts.size_min == 0 || g_opts.size_min > g_opts.size_max)) {
+                    return usage_error("-s %s: a sweep needs 1 <= MIN <= MAX", optarg);
+                }
+            } else {
+                ok = parse_size(optarg, &g_opts.size_min);
+                g_opts.size_max = g_opts.size_min;
+            }
+            if (!ok) {
+                return usage_error("-s %s: not a size (e.g. 64, 4k, 1m, 1k:1m; at most 1g)",
+                                   optarg);
+            }
+            g_opts.size_set = true;
+            break;
+        }
+        case 'n':
+            if (!parse_u64(optarg, &g_opts.iters) || g_opts.iters < 1 ||
+                g_opts.iters > UINT64_C(1) << 32) {
+                return usage_error("-n %s: iterations must be 1..2^32", optarg);
+            }
+            g_opts.iters_set = true;
+            break;
+        case 'W':
+            if (!parse_u64(optarg, &g_opts.warmup) || g_opts.warmup > UINT64_C(1) << 32) {
+                return usage_error("-W %s: warm-up iterations must be 0..2^32", optarg);
+            }
+            g_opts.warmup_set = true;
+            break;
+        case 'w':
+            if (!parse_u64(optarg, &v) || v < 1 || v > PERF_MAX_WINDOW) {
+                return usage_error("-w %s: window must be 1..%d", optarg, PERF_MAX_WINDOW);
+            }
+            g_opts.window = (unsigned)v;
+            break;
+        case 't':
+            if (!parse_u64(optarg, &v) || v < 1 || v > PERF_MAX_THREADS) {
+                return usage_error("-t %s: threads must be 1..%d", optarg, PERF_MAX_THREADS);
+            }
+            g_opts.threads = (int)v;
+            break;
+        case 'T':
+            if (*optarg == '\0') {
+                return usage_error("-T: empty transport list");
+            }
+            g_opts.transports = optarg;
+            break;
+        case 'p':
+            if (strcmp(optarg, "-1") == 0) {
+                g_opts.progress_threads = -1;
+            } else if (parse_u64(optarg, &v) && v <= 1024) {
+                g_opts.progress_threads = (int)v;
+            } else {
+                return usage_error("-p %s: progress threads must be -1 (auto), 0 (manual) or "
+                                   "1..1024",
+                                   optarg);
+            }
+            break;
+        case 'm':
+            if (strcmp(optarg, "spin") == 0) {
+                g_opts.wait_mode = TW_WAIT_SPIN;
+            } else if (strcmp(optarg, "block") == 0) {
+                g_opts.wait_mode = TW_WAIT_BLOCK;
+            } else if (strcmp(optarg, "adaptive") == 0) {
+                g_opts.wait_mode = TW_WAIT_ADAPTIVE;
+            } else {
+                return usage_error("-m %s: wait mode must be spin, block or adaptive", optarg);
+            }
+            break;
+        case OPT_SPLIT:
+            g_opts.split = true;
+            break;
+        case OPT_CSV:
+            g_opts.csv = true;
+            break;
+        case OPT_PLOT:
+            if (*optarg == '\0') {
+                return usage_error("--plot: empty file name");
+            }
+            g_opts.plot = optarg;
+            break;
+        case OPT_TIMEOUT: {
+            char *end;
+            errno = 0;
+            g_opts.timeout_s = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' || !(g_opts.timeout_s > 0) ||
+                g_opts.timeout_s > 86400) {
+                return usage_error("--timeout %s: seconds must be > 0 (at most 86400)", optarg);
+            }
+            break;
+        }
+        case 'h':
+            usage(stdout);
+            return EXIT_OK;
+        case ':':
+            return usage_error("option %s needs a value", argv[optind - 1]);
+        default:
+            if (optopt != 0) {
+                return usage_error("unknown option -%c", optopt);
+            }
+            return usage_error("unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) {
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    }
+    return -1;
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+/* The environment variables that override tw_perf's library options. */
+static const struct {
+    const char *name, *option;
+} env_knobs[] = {{"TW_TRANSPORTS", "-T"}, {"TW_PROGRESS_THREADS", "-p"}, {"TW_WAIT_MODE", "-m"}};
+
+static const char *wait_name(tw_wait_mode_t m)
+{
+    return m == TW_WAIT_SPIN ? "spin" : m == TW_WAIT_BLOCK ? "block" : "adaptive";
+}
+
+int main(int argc, char **argv)
+{
+    perf_ep_t bar = {.thread = -1};
+    perf_worker_t *ws = NULL;
+    perf_row_t *rows = NULL;
+    int nrows = 0, cap = 0, rc;
+    uint64_t seq = 0;
+    tw_config_t cfg;
+    tw_status_t st;
+
+    if ((rc = parse_args(argc, argv)) >= 0) {
+        return rc;
+    }
+    tw_config_init(&cfg);
+    cfg.transports = g_opts.transports;
+    cfg.progress_threads = g_opts.progress_threads;
+    cfg.wait_mode = g_opts.wait_mode;
+    if ((st = tw_init(&cfg, &g_ctx)) != TW_OK) {
+        const char *size = getenv("TW_SIZE");
+        fprintf(stderr, "tw_perf: tw_init failed: %s\n", tw_strerror(st));
+        if (st == TW_ERR_UNSUPPORTED && size != NULL && strcmp(size, "1") != 0) {
+            fprintf(stderr,
+                    "tw_perf: a job of %s processes needs a transport between processes, which "
+                    "this threadwire build may lack (the log line above says why); tw_perf "
+                    "alone runs a job of one\n",
+                    size);
+        }
+        return EXIT_FAIL;
+    }
+    g_rank = tw_rank(g_ctx);
+    g_size = tw_size(g_ctx);
+    rc = EXIT_FAIL;
+    if (g_size < 1 || g_size > 2) {
+        fprintf(stderr, "tw_perf: needs a job of 1 or 2 processes, this one has %d\n", g_size);
+        goto out_finalize;
+    }
+    g_partner = g_size == 2 ? 1 - g_rank : g_rank;
+    if ((st = tw_set_error_handler(g_ctx, on_error, NULL)) != TW_OK) {
+        fprintf(stderr, "tw_perf: tw_set_error_handler: %s\n", tw_strerror(st));
+        goto out_finalize;
+    }
+    g_nworkers = g_opts.threads * (g_opts.split && g_size == 1 ? 2 : 1);
+    ws = calloc((size_t)g_nworkers, sizeof(*ws));
+    if (ws == NULL) {
+        fprintf(stderr, "tw_perf: out of memory\n");
+        goto out_finalize;
+    }
+    if ((st = tw_cq_create(g_ctx, 16, &bar.cq)) != TW_OK) {
+        fprintf(stderr, "tw_perf: tw_cq_create: %s\n", tw_strerror(st));
+        goto out_finalize;
+    }
+    /* Outstanding per thread: a window of sends (and the previous one's
+     * completions not yet polled), a window of receives, acks. */
+    for (int i = 0; i < g_nworkers; i++) {
+        if ((st = tw_cq_create(g_ctx, 4 * g_opts.window + 16, &ws[i].ep.cq)) != TW_OK) {
+            fprintf(stderr, "tw_perf: tw_cq_create(depth %u): %s\n", 4 * g_opts.window + 16,
+                    tw_strerror(st));
+            goto out_finalize;
+        }
+    }
+    if (g_rank == 0 && g_opts.plot != NULL && plot_probe() != EXIT_OK) {
+        goto out_finalize;
+    }
+    if (g_rank == 0 && !g_opts.csv) {
+        const char *pairs = g_size > 1     ? "rank 0 <-> rank 1"
+                            : g_opts.split ? "initiator thread <-> responder thread"
+                                           : "each thread its own partner";
+        printf("# tw_perf: %d process%s (%s), %d pair%s of threads; transports %s, progress "
+               "threads %d%s, wait %s\n",
+               g_size, g_size > 1 ? "es" : "", pairs, g_opts.threads, g_opts.threads > 1 ? "s" : "",
+               g_opts.transports != NULL ? g_opts.transports : "all usable",
+               g_opts.progress_threads,
+               g_opts.progress_threads < 0    ? " (auto)"
+               : g_opts.progress_threads == 0 ? " (manual)"
+                                              : "",
+               wait_name(g_opts.wait_mode));
+        for (size_t i = 0; i < sizeof(env_knobs) / sizeof(env_knobs[0]); i++) {
+            const char *v = getenv(env_knobs[i].name);
+            if (v != NULL) {
+                printf("# note: %s=%s in the environment overrides %s\n", env_knobs[i].name, v,
+                       env_knobs[i].option);
+            }
+        }
+    }
+    if (g_rank == 0) {
+        print_header();
+        fflush(stdout);
+    }
+    for (int t = 0; t < g_opts.ntests; t++) {
+        perf_test_t test = g_opts.tests[t];
+        size_t lo = g_opts.size_set ? g_opts.size_min : test == TEST_BW ? (size_t)1 << 20 : 8;
+        size_t hi = g_opts.size_set ? g_opts.size_max : lo;
+
+        for (size_t size = lo;; size = size * 2 > hi ? hi : size * 2) {
+            perf_run_t r = {.test = test, .size = size, .window = g_opts.window};
+            perf_result_t agg;
+
+            r.iters = g_opts.iters_set ? g_opts.iters : default_iters(test, size, r.window);
+            r.warmup = g_opts.warmup_set     ? g_opts.warmup
+                       : r.iters / 10 > 1000 ? 1000
+                                             : r.iters / 10;
+            if (!g_opts.warmup_set && r.warmup == 0) {
+                r.warmup = 1;
+            }
+            if ((st = rank_barrier(&bar, seq++)) != TW_OK) {
+                goto out_finalize;
+            }
+            if (run_one(ws, &r, &agg) != EXIT_OK) {
+                goto out_finalize;
+            }
+            if (g_rank == 0) {
+                if (nrows == cap) {
+                    perf_row_t *n = realloc(rows, (size_t)(cap = cap * 2 + 16) * sizeof(*rows));
+                    if (n == NULL) {
+                        fprintf(stderr, "tw_perf: out of memory\n");
+                        goto out_finalize;
+                    }
+                    rows = n;
+                }
+                rows[nrows++] = (perf_row_t){.test = test, .size = size, .res = agg};
+            }
+            if (size == hi) {
+                break;
+            }
+        }
+    }
+    /* Neither rank leaves while the other still needs it. */
+    if ((st = rank_barrier(&bar, seq++)) != TW_OK) {
+        goto out_finalize;
+    }
+    rc = EXIT_OK;
+out_finalize:
+    if ((st = tw_finalize(g_ctx)) != TW_OK) {
+        fprintf(stderr, "tw_perf: tw_finalize: %s\n", tw_strerror(st));
+        rc = EXIT_FAIL;
+    }
+    cq_close(bar.cq);
+    for (int i = 0; ws != NULL && i < g_nworkers; i++) {
+        cq_close(ws[i].ep.cq);
+    }
+    if (rc == EXIT_OK && g_rank == 0 && g_opts.plot != NULL) {
+        rc = write_plot(rows, nrows);
+    }
+    free(ws);
+    free(rows);
+    return rc;
+}
