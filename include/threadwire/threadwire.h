@@ -156,8 +156,10 @@ TW_API int tw_size(const tw_context_t *ctx);
  * Drive every transport once from the calling thread.
  * Required in manual mode (progress_threads == 0): when another thread is
  * already progressing a domain this call skips it rather than wait. With
- * progress threads it does nothing and returns 0: they own the transports
- * and run the active-message handlers.
+ * progress threads it only helps: while a progress thread is idle, the
+ * caller takes in tagged messages for itself (no waiting for the thread to
+ * wake); it never runs active-message handlers, which stay on the
+ * progress threads. tw_cq_wait does the same while it spins.
  * @return the number of events handled (>= 0), or -1 for an invalid context.
  * Thread: any.
  */

@@ -448,8 +448,10 @@ static void tw_msg_rndv_matched(tw_msg_t *msg, tw_match_recv_t *r, tw_match_unex
     }
     tw_pe_cmd_t cmd = {.fn = tw_msg_rndv_pull_cmd, .arg = q};
     while ((st = tw_pe_submit(iface->pe, &cmd)) == TW_ERR_AGAIN) {
-        /* The lane drains without us; in manual mode we drive it. */
-        tw_pe_progress(iface->pe);
+        /* A progress thread drains the lane; in manual mode we do. */
+        if (!tw_pe_has_thread(iface->pe)) {
+            tw_pe_progress(iface->pe);
+        }
         tw_backoff_wait(&b);
     }
     if (st != TW_OK) {

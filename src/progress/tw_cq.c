@@ -159,6 +159,7 @@ struct tw_cq {
     tw_wait_mode_t wait_mode;
     uint64_t spin_ns;
     int (*progress_fn)(void *arg);
+    int (*poll_fn)(void *arg);
     void *progress_arg;
     void *owner;
     tw_stats_t *stats;
@@ -220,6 +221,7 @@ tw_status_t tw_cq_open(const tw_cq_params_t *params, tw_cq_t **cq_p)
     cq->wait_mode = params->wait_mode;
     cq->spin_ns = params->spin_ns != 0 ? params->spin_ns : TW_CQ_SPIN_NS_DEFAULT;
     cq->progress_fn = params->progress_fn;
+    cq->poll_fn = params->poll_fn;
     cq->progress_arg = params->progress_arg;
     cq->owner = params->owner;
     cq->stats = params->stats;
@@ -471,7 +473,9 @@ static int tw_cq_wait_spin(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t 
     for (;;) {
         int n;
 
-        tw_backoff_wait(&b);
+        if (cq->poll_fn == NULL || cq->poll_fn(cq->progress_arg) == 0) {
+            tw_backoff_wait(&b);
+        }
         n = tw_cq_poll(cq, out, max);
         if (n > 0 || tw_time_ns() >= until) {
             return n;

@@ -41,6 +41,10 @@ typedef struct tw_cq_params {
      * sleeping (it drives progress); NULL when progress threads run. */
     int (*progress_fn)(void *arg);
     void *progress_arg;
+    /* Thread mode: tw_cq_wait calls this while it spins (never in place
+     * of sleeping): the waiting thread polls transports itself when the
+     * progress thread is idle (tw_pe_try_call). May be NULL. Same arg. */
+    int (*poll_fn)(void *arg);
     void *owner;       /* the context; only compared, never used */
     tw_stats_t *stats; /* optional, tw_cq_stat_descs layout */
 } tw_cq_params_t;

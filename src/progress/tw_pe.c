@@ -7,7 +7,9 @@
  * exchange): its own thread, or a tw_pe_progress caller in manual mode or
  * after the thread stopped. tw_pe_progress never waits for it -- a busy pe
  * is skipped -- and the thread holds it while it runs, letting go only
- * around sleeps. `owner` names the holder for tw_pe_is_owner.
+ * around sleeps and idle spins (where a waiting worker may take it for a
+ * transport poll, tw_pe_try_call). `owner` names the holder for
+ * tw_pe_is_owner.
  *
  * One loop body (tw_pe_run_locked) serves both: run up to a batch of
  * commands from the submission lanes, then every progress function, and
@@ -228,6 +230,23 @@ int tw_pe_progress(tw_pe_t *pe)
     return n;
 }
 
+int tw_pe_try_call(tw_pe_t *pe, tw_pe_fn_t fn, void *arg)
+{
+    int n;
+
+    if (!tw_pe_trylock(pe)) {
+        return 0;
+    }
+    n = fn(arg);
+    tw_pe_unlock(pe);
+    return n;
+}
+
+bool tw_pe_has_thread(const tw_pe_t *pe)
+{
+    return pe->thread;
+}
+
 /* ---- doorbell ----------------------------------------------------------- */
 
 static void tw_pe_ring_doorbell(tw_pe_t *pe)
@@ -401,11 +420,13 @@ static void *tw_pe_thread_main(void *arg)
         case TW_WAIT_SPIN:
             /* Never sleeps, but yields: a spinner may share its core
              * with the very thread it waits for. */
+            tw_pe_unlock(pe); /* a waiting worker may poll meanwhile */
             if (++idle_loops > TW_PE_SPIN_LOOPS) {
                 sched_yield();
             } else {
                 tw_cpu_relax();
             }
+            tw_pe_lock_wait(pe);
             break;
         case TW_WAIT_ADAPTIVE: {
             uint64_t now = tw_time_ns();
@@ -415,7 +436,9 @@ static void *tw_pe_thread_main(void *arg)
                 spinning = tw_spin_slot_get();
             }
             if (spinning && now - idle_since < pe->spin_ns) {
+                tw_pe_unlock(pe); /* a waiting worker may poll meanwhile */
                 tw_backoff_wait(&b);
+                tw_pe_lock_wait(pe);
                 break;
             }
             if (spinning) {

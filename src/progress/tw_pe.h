@@ -94,6 +94,14 @@ tw_status_t tw_pe_start(tw_pe_t *pe);
  * (try-lock). Returns events handled, 0 when busy elsewhere. Thread: any. */
 int tw_pe_progress(tw_pe_t *pe);
 
+/** Run @p fn(@p arg) as the pe's owner if no one else is (try-lock):
+ * a waiting worker doing a transport's poll while the engine is idle.
+ * Returns what fn returned, 0 when busy elsewhere. Thread: any. */
+int tw_pe_try_call(tw_pe_t *pe, tw_pe_fn_t fn, void *arg);
+
+/** True when a progress thread drives @p pe (else callers must). */
+bool tw_pe_has_thread(const tw_pe_t *pe);
+
 /** Hand @p cmd to the owner through the caller's lane (per-thread FIFO).
  * TW_ERR_AGAIN when the lane is full (the
  * caller retries after progress). Rings the doorbell only if the owner

@@ -33,6 +33,12 @@ int tw_size(const tw_context_t *ctx)
     return impl != NULL ? impl->size : -1;
 }
 
+static int tw_api_poll_iface(void *arg)
+{
+    tw_tl_iface_t *iface = arg;
+    return iface->ops->poll(iface);
+}
+
 int tw_progress(tw_context_t *ctx)
 {
     tw_ctx_impl_t *impl;
@@ -45,7 +51,15 @@ int tw_progress(tw_context_t *ctx)
     }
     impl = ctx->impl;
     if (!impl->manual) {
-        return 0; /* progress threads own their engines (and run AM handlers) */
+        /* Progress threads own the engines and run AM handlers; while one
+         * is idle, the caller may take tagged arrivals in itself. */
+        for (unsigned i = 0; i < impl->ntl; i++) {
+            tw_tl_iface_t *iface = impl->ifaces[i];
+            if (iface->ops->poll != tw_tl_stub_progress) {
+                events += tw_pe_try_call(iface->pe, tw_api_poll_iface, iface);
+            }
+        }
+        return events;
     }
     for (unsigned i = 0; i < impl->npe; i++) {
         events += tw_pe_progress(impl->pes[i]);
@@ -74,6 +88,7 @@ tw_status_t tw_cq_create(tw_context_t *ctx, unsigned depth, tw_cq_t **cq_p)
                          .wait_mode = (tw_wait_mode_t)impl->cfg.wait_mode,
                          .spin_ns = impl->cfg.spin_ns,
                          .progress_fn = impl->manual ? tw_api_progress_cb : NULL,
+                         .poll_fn = impl->manual ? NULL : tw_api_progress_cb,
                          .progress_arg = ctx,
                          .owner = ctx,
                          .stats = impl->cq_stats};

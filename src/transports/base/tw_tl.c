@@ -113,7 +113,7 @@ bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
     if (ops->name == NULL || ops->query == NULL || ops->iface_open == NULL ||
         ops->iface_close == NULL || ops->reachable == NULL || ops->am_short == NULL ||
         ops->am_zcopy == NULL || ops->put_zcopy == NULL || ops->get_zcopy == NULL ||
-        ops->flush == NULL || ops->progress == NULL || ops->rndv_get == NULL ||
+        ops->flush == NULL || ops->progress == NULL || ops->poll == NULL || ops->rndv_get == NULL ||
         ops->addr_pack == NULL || ops->addr_connect == NULL || ops->ready == NULL) {
         return false;
     }

@@ -163,6 +163,13 @@ struct tw_tl_ops {
                             tw_tl_comp_t *comp);
     /** Returns events handled. Thread: engine owner. */
     int (*progress)(tw_tl_iface_t *iface);
+    /** What a waiting worker may do for itself while the engine is idle:
+     * deliver arrivals of inline_am_ids (and the rendezvous traffic and
+     * completions that go with them), stopping at the first arrival that
+     * must run on the engine (user active messages), so order holds.
+     * Returns events handled. Thread: holder of the engine's lock
+     * (tw_pe_try_call) -- never runs user code. */
+    int (*poll)(tw_tl_iface_t *iface);
 };
 
 /* Shared stubs for slots a transport does not implement. */

@@ -162,6 +162,7 @@ const tw_tl_ops_t tw_self_ops = {
     .flush = tw_tl_stub_flush,
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress, /* all work arrives as engine commands */
+    .poll = tw_tl_stub_progress,     /* tagged messages are delivered inline */
 };
 
 static tw_status_t tw_self_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)

@@ -817,7 +817,7 @@ static void tw_shm_fail_peer(tw_shm_iface_t *shm, int peer, const char *why)
     }
 }
 
-static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p);
+static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p, bool inline_only);
 
 /* Is the peer still there? Thread: engine owner. */
 static void tw_shm_check_peers(tw_shm_iface_t *shm)
@@ -838,7 +838,7 @@ static void tw_shm_check_peers(tw_shm_iface_t *shm)
         if (dead) {
             /* What it published before it went is still good. */
             for (unsigned k = 0; k <= shm->ncells / TW_SHM_BUDGET; k++) {
-                if (tw_shm_rx_peer(shm, p) == 0) {
+                if (tw_shm_rx_peer(shm, p, false) == 0) {
                     break;
                 }
             }
@@ -872,8 +872,13 @@ static void tw_shm_rx_data(tw_shm_iface_t *shm, int src, uint64_t rid, uint64_t 
     }
 }
 
-/* Handle one published cell; false: it is corrupt (peer failed). */
-static bool tw_shm_rx_cell(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_cell_t *c)
+enum { TW_SHM_RX_BAD, TW_SHM_RX_DONE, TW_SHM_RX_STOP };
+
+/* Handle one published cell: DONE, BAD (corrupt: the caller fails the
+ * peer), or STOP (@p inline_only and the cell must go to the engine: an
+ * arrival whose am id runs user code). */
+static int tw_shm_rx_cell(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_cell_t *c,
+                          bool inline_only)
 {
     /* Read every field once: the peer may still scribble on it. */
     uint8_t type = c->type, am_id = c->am_id;
@@ -882,7 +887,11 @@ static bool tw_shm_rx_cell(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_c
     bool bad = false;
 
     if (type == 0 || type >= TW_SHM_TYPE_MAX || len > TW_SHM_CELL_DATA || hdr_len > len) {
-        return false;
+        return TW_SHM_RX_BAD;
+    }
+    if (inline_only && (type == TW_SHM_EAGER || type == TW_SHM_RTS) &&
+        (am_id >= 64 || (shm->super.inline_am_ids & (1ull << am_id)) == 0)) {
+        return TW_SHM_RX_STOP;
     }
     switch (type) {
     case TW_SHM_EAGER:
@@ -890,16 +899,16 @@ static bool tw_shm_rx_cell(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_c
         tw_stats_add(shm->super.stats, TW_TL_STAT_RX_BYTES, len - hdr_len);
         shm->super.recv(shm->super.recv_arg, p->rank, am_id, c->data, hdr_len, c->data + hdr_len,
                         len - hdr_len);
-        return true;
+        return TW_SHM_RX_DONE;
     case TW_SHM_RTS: {
         tw_tl_rndv_t *h;
         if (hdr_len != len || a1 > TW_SHM_MAX_MSG) {
-            return false;
+            return TW_SHM_RX_BAD;
         }
         h = tw_malloc(sizeof(*h));
         if (h == NULL) {
             tw_error("shm", "out of memory taking a rendezvous from rank %d", p->rank);
-            return false;
+            return TW_SHM_RX_BAD;
         }
         *h = (tw_tl_rndv_t){.peer = p->rank, .raddr = a0, .len = a1, .sid = a2};
         h->next = shm->handles.next;
@@ -908,20 +917,22 @@ static bool tw_shm_rx_cell(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_c
         shm->handles.next = h;
         tw_stats_inc(shm->super.stats, TW_TL_STAT_RX_MSGS);
         shm->super.recv_rndv(shm->super.recv_arg, p->rank, am_id, c->data, hdr_len, a1, h);
-        return true;
+        return TW_SHM_RX_DONE;
     }
     case TW_SHM_FIN:
         if (len != 0) {
-            return false;
+            return TW_SHM_RX_BAD;
         }
         /* a0 != 0: the receiver could not take it. */
-        return tw_shm_send_complete(shm, a2, p->rank, a0 == 0 ? TW_OK : TW_ERR_NOMEM);
+        return tw_shm_send_complete(shm, a2, p->rank, a0 == 0 ? TW_OK : TW_ERR_NOMEM)
+                   ? TW_SHM_RX_DONE
+                   : TW_SHM_RX_BAD;
     case TW_SHM_CTS: {
         tw_shm_send_t *s;
         const void *addr = NULL;
         bool ok;
         if (len != 0) {
-            return false;
+            return TW_SHM_RX_BAD;
         }
         pthread_mutex_lock(&shm->send_lock);
         s = tw_shm_send_find(shm, a2, p->rank);
@@ -931,23 +942,23 @@ static bool tw_shm_rx_cell(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_c
         }
         pthread_mutex_unlock(&shm->send_lock);
         if (!ok) {
-            return false;
+            return TW_SHM_RX_BAD;
         }
         tw_shm_job_add(shm, p->rank, TW_SHM_DATA, 0, a1, a2, addr, a0);
-        return true;
+        return TW_SHM_RX_DONE;
     }
     case TW_SHM_DATA:
         if (hdr_len != 0) {
-            return false;
+            return TW_SHM_RX_BAD;
         }
         tw_shm_rx_data(shm, p->rank, a1, a0, c->data, len, &bad);
-        return !bad;
+        return bad ? TW_SHM_RX_BAD : TW_SHM_RX_DONE;
     default:
-        return false;
+        return TW_SHM_RX_BAD;
     }
 }
 
-static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p)
+static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p, bool inline_only)
 {
     int n = 0;
 
@@ -963,7 +974,11 @@ static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p)
             tw_shm_fail_peer(shm, p->rank, "corrupt ring (sequence word)");
             break;
         }
-        if (!tw_shm_rx_cell(shm, p, c)) {
+        int rc = tw_shm_rx_cell(shm, p, c, inline_only);
+        if (rc == TW_SHM_RX_STOP) {
+            break; /* the engine takes it, in order */
+        }
+        if (rc == TW_SHM_RX_BAD) {
             tw_shm_fail_peer(shm, p->rank, "corrupt or unexpected ring cell");
             break;
         }
@@ -982,22 +997,30 @@ static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p)
     return n;
 }
 
+/* Every live peer's ring, then the queued outbound work. */
+static int tw_shm_rx_all(tw_shm_iface_t *shm, bool inline_only)
+{
+    int n = 0;
+
+    for (int r = 0; r < shm->super.size; r++) {
+        tw_shm_peer_t *p = &shm->peers[r];
+        if (p->attached && tw_shm_peer_is_up(p)) {
+            n += tw_shm_rx_peer(shm, p, inline_only);
+        }
+    }
+    return n + tw_shm_jobs_progress(shm);
+}
+
 static int tw_shm_progress(tw_tl_iface_t *iface)
 {
     tw_shm_iface_t *shm = (tw_shm_iface_t *)iface;
     uint64_t w = tw_pe_wakeups(iface->pe);
-    int n = 0;
+    int n;
 
     if (shm->npeers_up == 0 && shm->jobs_head == NULL) {
         return 0;
     }
-    for (int r = 0; r < iface->size; r++) {
-        tw_shm_peer_t *p = &shm->peers[r];
-        if (p->attached && tw_shm_peer_is_up(p)) {
-            n += tw_shm_rx_peer(shm, p);
-        }
-    }
-    n += tw_shm_jobs_progress(shm);
+    n = tw_shm_rx_all(shm, false);
     if (w != shm->seen_wakeups) {
         char buf[64];
         shm->seen_wakeups = w;
@@ -1011,6 +1034,17 @@ static int tw_shm_progress(tw_tl_iface_t *iface)
         tw_shm_check_peers(shm);
     }
     return n;
+}
+
+/* A waiting worker's share: tagged arrivals and what goes with them. */
+static int tw_shm_poll(tw_tl_iface_t *iface)
+{
+    tw_shm_iface_t *shm = (tw_shm_iface_t *)iface;
+
+    if (shm->npeers_up == 0 && shm->jobs_head == NULL) {
+        return 0;
+    }
+    return tw_shm_rx_all(shm, true);
 }
 
 /* ---- setup --------------------------------------------------------------- */
@@ -1078,6 +1112,7 @@ const tw_tl_ops_t tw_shm_ops = {
     .flush = tw_tl_stub_flush,
     .rndv_get = tw_shm_rndv_get,
     .progress = tw_shm_progress,
+    .poll = tw_shm_poll,
 };
 
 static tw_status_t tw_shm_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
