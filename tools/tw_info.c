@@ -25,6 +25,7 @@ static void print_caps(uint32_t caps)
         const char *name;
     } names[] = {{TW_TL_CAP_AM_SHORT, "am_short"},
                  {TW_TL_CAP_AM_ZCOPY, "am_zcopy"},
+                 {TW_TL_CAP_RNDV, "rndv"},
                  {TW_TL_CAP_PUT, "put"},
                  {TW_TL_CAP_GET, "get"},
                  {TW_TL_CAP_FLUSH, "flush"}};
@@ -61,7 +62,6 @@ int main(int argc, char **argv)
             printf(" (%s)\n", why);
         }
     }
-    printf("  %-6s unavailable (not in this build yet)\n", "shm");
     printf("  %-6s unavailable (not in this build yet)\n", "tcp");
     printf("  %-6s unavailable (not in this build yet; libibverbs %s at build time)\n", "verbs",
            TW_HAVE_VERBS ? "found" : "not found");

@@ -5,11 +5,14 @@
 # the environment sets, and warns about an unknown TW_* variable.
 set -euo pipefail
 out=$(TW_WAIT_MODE=spin TW_NO_SUCH_KNOB=1 "$1" 2>&1)
-for want in "self   available" "socket0: cpus" "TW_WAIT_MODE" "[set: spin]" "TW_LOG_LEVEL" \
+for want in "self   available" "shm    available" "rndv" "TW_SHM_CELLS" "TW_SHM_CMA" "socket0: cpus" "TW_WAIT_MODE" "[set: spin]" "TW_LOG_LEVEL" \
             "TW_PROGRESS_RING" "unknown environment variable TW_NO_SUCH_KNOB" \
             "1 unknown TW_\* variable"; do
   grep -q -- "$want" <<<"$out" || { echo "tw_info output lacks '$want':"; echo "$out"; exit 1; }
 done
+[ "$(grep -c '^  shm ' <<<"$out")" -eq 1 ] || { echo "shm listed more than once:"; echo "$out"; exit 1; }
+# Why a transport is unavailable is said, not hidden.
+grep -q "tcp    unavailable (" <<<"$out" || { echo "no reason for tcp:"; echo "$out"; exit 1; }
 verbose=$("$1" -v 2>&1)
 grep -q "value:" <<<"$verbose" || { echo "tw_info -v lacks the value lines"; exit 1; }
 echo "tw_info: ok"
