@@ -23,12 +23,9 @@ static void print_caps(uint32_t caps)
     static const struct {
         uint32_t bit;
         const char *name;
-    } names[] = {{TW_TL_CAP_AM_SHORT, "am_short"},
-                 {TW_TL_CAP_AM_ZCOPY, "am_zcopy"},
-                 {TW_TL_CAP_RNDV, "rndv"},
-                 {TW_TL_CAP_PUT, "put"},
-                 {TW_TL_CAP_GET, "get"},
-                 {TW_TL_CAP_FLUSH, "flush"}};
+    } names[] = {{TW_TL_CAP_AM_SHORT, "am_short"}, {TW_TL_CAP_AM_ZCOPY, "am_zcopy"},
+                 {TW_TL_CAP_RNDV, "rndv"},         {TW_TL_CAP_PUT, "put"},
+                 {TW_TL_CAP_GET, "get"},           {TW_TL_CAP_FLUSH, "flush"}};
     for (size_t i = 0; i < TW_ARRAY_SIZE(names); i++) {
         if (caps & names[i].bit) {
             printf(" %s", names[i].name);

@@ -125,6 +125,7 @@ struct tw_pe {
     tw_pe_fn_entry_t fns[TW_PE_MAX_FNS];
     unsigned nwords;
     _Atomic uint32_t *words[TW_PE_MAX_WORDS]; /* mirrors of `sleeping` */
+    bool workers_poll;                        /* adaptive: sleep at once when idle */
     uint64_t wakeups;                         /* lock holder only */
 
     /* Creator thread only (start/stop/destroy are not concurrent). */
@@ -432,12 +433,21 @@ static void *tw_pe_thread_main(void *arg)
             uint64_t now = tw_time_ns();
             if (idle_since == 0) {
                 idle_since = now;
-                /* Spin only while a CPU is free (see tw_spin_slot_get). */
-                spinning = tw_spin_slot_get();
+                /* Spin only while a CPU is free (see tw_spin_slot_get),
+                 * and leave the spinning to waiting workers when they
+                 * poll for themselves (tw_pe_workers_poll). */
+                spinning = !pe->workers_poll && tw_spin_slot_get();
             }
             if (spinning && now - idle_since < pe->spin_ns) {
                 tw_pe_unlock(pe); /* a waiting worker may poll meanwhile */
                 tw_backoff_wait(&b);
+                tw_pe_lock_wait(pe);
+                break;
+            }
+            if (pe->workers_poll && now - idle_since < pe->spin_ns) {
+                /* No spin slot: stay awake for bursts, but only yield. */
+                tw_pe_unlock(pe);
+                sched_yield();
                 tw_pe_lock_wait(pe);
                 break;
             }
@@ -606,6 +616,15 @@ tw_status_t tw_pe_add_sleep_word(tw_pe_t *pe, void *word_)
     }
     atomic_store_explicit(word, 0, memory_order_relaxed);
     pe->words[pe->nwords++] = word;
+    return TW_OK;
+}
+
+tw_status_t tw_pe_workers_poll(tw_pe_t *pe)
+{
+    if (pe->state != TW_PE_CREATED) {
+        return TW_ERR_INVALID;
+    }
+    pe->workers_poll = true;
     return TW_OK;
 }
 

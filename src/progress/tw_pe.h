@@ -81,6 +81,12 @@ void tw_pe_unwatch(tw_pe_t *pe, int fd);
  * watched fd. Only before tw_pe_start. */
 tw_status_t tw_pe_add_sleep_word(tw_pe_t *pe, void *word /* _Atomic uint32_t * */);
 
+/** Waiting workers poll this engine's transports for themselves
+ * (tw_pe_try_call): in adaptive mode the thread then leaves the idle
+ * spinning -- and the spin slot -- to them and sleeps at once when idle.
+ * Only before tw_pe_start. */
+tw_status_t tw_pe_workers_poll(tw_pe_t *pe);
+
 /** How many times the engine went to sleep; a progress function that sees
  * it change knows an fd may have woken it (drain sockets, check pidfds).
  * Thread: owner. */

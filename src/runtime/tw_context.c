@@ -475,6 +475,9 @@ static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
         }
         impl->ifaces[impl->ntl++] = iface;
         st = tw_pe_add(impl->pes[0], tw_ctx_iface_progress, iface, -1);
+        if (st == TW_OK && ops->poll != tw_tl_stub_progress) {
+            st = tw_pe_workers_poll(impl->pes[0]); /* tw_progress, tw_cq_wait */
+        }
         if (st != TW_OK) {
             return st;
         }

@@ -54,7 +54,14 @@
  * its segment header (tw_pe_add_sleep_word); a sender that published a
  * cell and then reads the flag set sends one datagram to the receiver's
  * abstract unix socket, which its engine watches. Same Dekker pattern as
- * the engine's own doorbell.
+ * the engine's own doorbell. The first such sender turns the flag from 1
+ * into 2, so a burst costs one datagram per sleep, not one per message.
+ *
+ * Waiting workers. A thread waiting in tw_cq_wait (or calling
+ * tw_progress) while the engine is idle takes its lock (tw_pe_try_call)
+ * and runs tw_shm_poll: the same consumer, but it stops at the first
+ * arrival that runs user code (a user active message), which the engine
+ * delivers in order later.
  *
  * Dead peers. A pidfd per peer, watched by the engine and polled every
  * TW_SHM_CHECK_NS: when it turns readable the peer is failed (or, if it
@@ -355,7 +362,10 @@ static void tw_shm_publish(tw_shm_iface_t *shm, tw_shm_peer_t *p, tw_shm_cell_t 
     atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
     /* Store seq / load sleeping: the sender half of the Dekker pair. */
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(p->tx_sleeping, memory_order_relaxed) != 0) {
+    /* 1: it sleeps and nobody woke it yet -- we do (2 tells later
+     * senders that a datagram is on its way); 2: already woken. */
+    if (atomic_load_explicit(p->tx_sleeping, memory_order_relaxed) == 1 &&
+        atomic_exchange_explicit(p->tx_sleeping, 2, memory_order_relaxed) == 1) {
         tw_shm_kick(shm, p);
     }
 }
