@@ -17,7 +17,9 @@
  * (SIGTERM, then SIGKILL after a second) -- unless --keep-going, where the
  * survivors go on. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to
  * every rank. The exit status is the first failure's (exit code, or 128 +
- * signal number), 0 when every rank exited 0.
+ * signal number), 0 when every rank exited 0. Once all ranks are gone it
+ * removes shared-memory segments of the job that a rank killed early in
+ * tw_init left in /dev/shm.
  *
  * Wire protocol on TW_BOOT_ADDR (little-endian, all lengths checked):
  *   request  u32 op | u32 rank | u32 len | len bytes
@@ -27,6 +29,7 @@
  *   reply    i32 status (0 ok, -1 error) | u32 len | len bytes
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -37,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
@@ -46,6 +50,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "core/tw_crc32c.h"
 
 #define TWRUN_MAX_RANKS 1024
 #define TWRUN_MAX_BLOB  4096
@@ -87,6 +93,33 @@ static void usage(FILE *out, const char *argv0)
             "dies abnormally twrun reports it and stops the others. SIGINT, SIGTERM,\n"
             "SIGHUP and SIGQUIT are forwarded to every rank.\n",
             argv0, TWRUN_MAX_RANKS);
+}
+
+/* Segments are named "tw-<CRC32C of the job key>-<random>" (tw_seg.c)
+ * and unlinked by their ranks during tw_init; a rank killed before that
+ * leaves one behind. Once every rank is gone, remove what is left. */
+static void sweep_segments(const char *keyhex)
+{
+    char prefix[32];
+    struct dirent *e;
+    DIR *d;
+
+    snprintf(prefix, sizeof(prefix), "tw-%08x-", tw_crc32c(0, keyhex, strlen(keyhex)));
+    d = opendir("/dev/shm");
+    if (d == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char name[sizeof(e->d_name) + 1];
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) {
+            continue;
+        }
+        snprintf(name, sizeof(name), "/%s", e->d_name);
+        if (shm_unlink(name) == 0) {
+            fprintf(stderr, "twrun: removed the leftover segment /dev/shm%s\n", name);
+        }
+    }
+    closedir(d);
 }
 
 static void cleanup_dir(void)
@@ -426,5 +459,6 @@ int main(int argc, char **argv)
     }
     close(lfd);
     free(ranks);
+    sweep_segments(keyhex);
     return exit_code;
 }

@@ -12,6 +12,11 @@
  *     own traffic must go on intact. They drop a file in DIR when they
  *     saw it, so rank 2 does not leave (cleanly) before.
  *
+ *   test_shm_faults leak-segment  (1 rank)
+ *     Creates a segment the way the shm transport names them and exits
+ *     without unlinking it, as a rank killed inside tw_init would; twrun
+ *     must remove it once the job is over (the script checks).
+ *
  *   test_shm_faults refuse-cma  (2 ranks)
  *     process_vm_readv fails as if the kernel said EPERM: large messages
  *     must fall back to the copy through the rings, intact.
@@ -24,6 +29,7 @@
 #include <unistd.h>
 
 #include "runtime/tw_context_int.h"
+#include "shmem/tw_seg.h"
 #include "threadwire/threadwire.h"
 #include "transports/shm/tw_shm.h"
 #include "tw_test.h"
@@ -193,8 +199,18 @@ int main(int argc, char **argv)
     int rc;
 
     if (argc < 2) {
-        fprintf(stderr, "usage: test_shm_faults chaos DIR | refuse-cma\n");
+        fprintf(stderr, "usage: test_shm_faults chaos DIR | refuse-cma | leak-segment\n");
         return 2;
+    }
+    if (strcmp(argv[1], "leak-segment") == 0) {
+        const char *key = getenv("TW_JOB_KEY");
+        char name[TW_SEG_NAME_MAX];
+        tw_seg_t seg;
+        TWT_CHECK(key != NULL);
+        TWT_EQ(tw_seg_make_name(key, name, sizeof(name)), TW_OK);
+        TWT_EQ(tw_seg_create(name, 4096, &seg), TW_OK);
+        printf("%s\n", name);
+        return 0; /* no unlink: left for twrun */
     }
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);
     TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
