@@ -202,8 +202,9 @@ typedef struct tw_completion {
 TW_API tw_status_t tw_cq_create(tw_context_t *ctx, unsigned depth, tw_cq_t **cq_p);
 
 /**
- * Destroy a CQ. Completions not yet polled are discarded. Waits a few
- * milliseconds at most for completions still being handed over.
+ * Destroy a CQ. Completions not yet polled are discarded. A completion
+ * already in the CQ whose producer is still finishing its hand-over (a
+ * wake-up) is waited for, however long that thread is descheduled.
  * @return TW_OK; TW_ERR_AGAIN while operations posted on it have not
  *   completed (progress or finalize, then retry); TW_ERR_INVALID for NULL.
  * Thread: any, but no other thread may use @p cq during the call. A CQ may

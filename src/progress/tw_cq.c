@@ -21,13 +21,15 @@
  * not yet pushed. To keep that off the fast path, `acct` packs two 32-bit
  * counters in one 64-bit atomic -- low half `reserved`, high half the
  * reservations ever granted (minus those given back) -- so tw_cq_reserve is
- * one fetch_add of 2^32 + 1; pushes are counted in `pushed`, a line only
- * producers touch. In flight = granted - pushed (mod 2^32). tw_cq_push
- * increments `pushed` as its very last access to the CQ, so a destroy that
- * sees nothing in flight cannot pull the CQ from under a producer that is
- * still ringing a wake-up. Readers load `pushed` first, then `acct`: both
- * only grow between the loads, and granted - pushed never goes negative,
- * so the snapshot can only over-estimate.
+ * one fetch_add of 2^32 + 1; pushes are counted twice, on a line only
+ * producers touch: `committed` as tw_cq_push starts (before the record
+ * can be polled), and `pushed` as its very last access to the CQ (after
+ * the wake-up). granted - committed > 0: an operation has not completed ->
+ * TW_ERR_AGAIN. committed - pushed > 0: a record is in (or already out
+ * of) the ring but its producer is still ringing a wake-up -> destroy
+ * waits for it, however long that thread is descheduled, so it never
+ * frees the CQ from under it. Readers load `pushed`, then `committed`,
+ * then `acct`: all only grow, so the differences can only over-estimate.
  *
  * Sleeping without lost wake-ups. A waiter announces itself before it
  * sleeps, and producers pay a syscall only when someone is announced:
@@ -168,8 +170,9 @@ struct tw_cq {
     atomic_ullong acct TW_ALIGNED(TW_CACHELINE); /* granted << 32 | reserved */
     atomic_uint hwm;                             /* local high-water mark */
 
-    /* Pushes ever made: producers only. */
+    /* Pushes ever made: producers only (see "In flight" on top). */
     atomic_uint pushed TW_ALIGNED(TW_CACHELINE);
+    atomic_uint committed; /* pushes started */
 
     /* Wake-up state: read by every push, written by sleepers and wakers. */
     atomic_uint waiters TW_ALIGNED(TW_CACHELINE); /* announced sleepers */
@@ -228,6 +231,7 @@ tw_status_t tw_cq_open(const tw_cq_params_t *params, tw_cq_t **cq_p)
     atomic_init(&cq->acct, 0);
     atomic_init(&cq->hwm, 0);
     atomic_init(&cq->pushed, 0);
+    atomic_init(&cq->committed, 0);
     atomic_init(&cq->waiters, 0);
     atomic_init(&cq->wake_seq, 0);
     atomic_init(&cq->efd, -1);
@@ -245,9 +249,6 @@ void *tw_cq_owner(const tw_cq_t *cq)
     return cq->owner;
 }
 
-/* How long tw_cq_destroy waits for pushes finishing their hand-over. */
-#define TW_CQ_DESTROY_GRACE_NS (10u * 1000u * 1000u)
-
 tw_status_t tw_cq_destroy(tw_cq_t *cq)
 {
     int fd;
@@ -256,20 +257,19 @@ tw_status_t tw_cq_destroy(tw_cq_t *cq)
         tw_error("cq", "tw_cq_destroy: NULL cq");
         return TW_ERR_INVALID;
     }
-    /* Acquire: pairs with the release increment that ends tw_cq_push. A
-     * completion can already have been polled while its producer is still
-     * in its last instructions (the wake-up), so give in-flight pushes a
-     * few milliseconds before reporting operations outstanding. */
+    /* Acquire: pairs with the release increments of tw_cq_push. */
     tw_backoff_t b = TW_BACKOFF_INIT;
-    uint64_t until = 0;
-    while (tw_cq_inflight(cq) != 0) {
-        uint64_t now = tw_time_ns();
-        if (until == 0) {
-            until = now + TW_CQ_DESTROY_GRACE_NS;
-        } else if (now >= until) {
-            return TW_ERR_AGAIN;
+    for (;;) {
+        unsigned pushed = atomic_load_explicit(&cq->pushed, memory_order_acquire);
+        unsigned committed = atomic_load_explicit(&cq->committed, memory_order_acquire);
+        uint64_t acct = atomic_load_explicit(&cq->acct, memory_order_acquire);
+        if ((unsigned)(acct >> 32) != committed) {
+            return TW_ERR_AGAIN; /* an operation has not completed */
         }
-        tw_backoff_wait(&b);
+        if (committed == pushed) {
+            break;
+        }
+        tw_backoff_wait(&b); /* a producer finishing its wake-up */
     }
     fd = atomic_load_explicit(&cq->efd, memory_order_acquire);
     if (fd >= 0) {
@@ -369,9 +369,13 @@ static void tw_cq_wake(tw_cq_t *cq)
 
 void tw_cq_push(tw_cq_t *cq, const tw_completion_t *c)
 {
-    bool ok = tw_ring_cqe_enqueue_mp(&cq->ring, c);
+    bool ok;
     int fd;
 
+    /* Before the record can be polled: a destroy after the last poll
+     * then sees this push under way, not an operation outstanding. */
+    atomic_fetch_add_explicit(&cq->committed, 1, memory_order_release);
+    ok = tw_ring_cqe_enqueue_mp(&cq->ring, c);
     tw_assert(ok); /* the reservation guaranteed a slot */
     (void)ok;
     tw_cq_stat_add(cq, TW_CQ_STAT_PUSHED, 1);
