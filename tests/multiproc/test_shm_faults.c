@@ -36,10 +36,15 @@
 
 static atomic_int failed_peer = -1;
 static atomic_int handler_calls;
+static pid_t main_tid;               /* the worker: tw_cq_wait polls from it */
+static atomic_int handler_on_worker; /* the handler must run on the engine */
 
 static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *what, void *arg)
 {
     (void)ctx, (void)what, (void)arg;
+    if (gettid() == main_tid) {
+        atomic_store(&handler_on_worker, 1);
+    }
     if (err == TW_ERR_PEER_FAILED) {
         atomic_store(&failed_peer, peer);
     }
@@ -158,6 +163,11 @@ static int run_chaos(tw_context_t *ctx, tw_cq_t *cq, const char *dir)
                          mine, sbuf, rbuf);
         }
         TWT_EQ(atomic_load(&handler_calls), 1);
+        /* Our waits polled rank 2's ring too, but the failure (and so the
+         * handler) went to the progress thread. */
+        if (getenv("TW_PROGRESS_THREADS") == NULL) {
+            TWT_EQ(atomic_load(&handler_on_worker), 0);
+        }
         /* New traffic to the failed peer is refused. */
         TWT_EQ(tw_send(ctx, 2, 1, hello, 1, cq, NULL), TW_ERR_PEER_FAILED);
         snprintf(path, sizeof(path), "%s/seen-%d", dir, me);
@@ -212,6 +222,7 @@ int main(int argc, char **argv)
         printf("%s\n", name);
         return 0; /* no unlink: left for twrun */
     }
+    main_tid = gettid();
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);
     TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
     TWT_EQ(tw_cq_create(ctx, 256, &cq), TW_OK);

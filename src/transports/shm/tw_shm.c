@@ -174,9 +174,10 @@ typedef struct tw_shm_peer {
     _Atomic uint32_t *tx_state;
     struct sockaddr_un wake_addr;
     socklen_t wake_len;
-    tw_shm_ring_hdr_t *rx; /* the peer's ring in our segment */
-    uint64_t rx_head;      /* engine only */
-    atomic_uint state;     /* TW_SHM_PEER_* */
+    tw_shm_ring_hdr_t *rx;    /* the peer's ring in our segment */
+    uint64_t rx_head;         /* engine only */
+    atomic_uint state;        /* TW_SHM_PEER_* */
+    const char *fail_pending; /* lock holder: found bad by a worker's poll */
 } tw_shm_peer_t;
 
 /* A rendezvous send waiting for FIN (CMA) or CTS (fallback). */
@@ -248,6 +249,8 @@ typedef struct tw_shm_iface {
     uint64_t next_check_ns;
     uint64_t seen_wakeups;
     unsigned npeers_up;
+    bool in_poll;           /* a worker runs tw_shm_poll: no user callbacks */
+    unsigned nfail_pending; /* peers with fail_pending set */
 } tw_shm_iface_t;
 
 static const char *const tw_shm_type_names[TW_SHM_TYPE_MAX] = {"?",   "EAGER", "RTS",
@@ -782,6 +785,17 @@ static void tw_shm_fail_peer(tw_shm_iface_t *shm, int peer, const char *why)
     bool clean = strcmp(why, "left") == 0;
     unsigned expected = TW_SHM_PEER_UP;
 
+    if (shm->in_poll) {
+        /* A worker's poll found it: failing calls the error handler, which
+         * runs on the engine only. Leave it to the engine, now. */
+        if (p->fail_pending == NULL) {
+            p->fail_pending = why;
+            shm->nfail_pending++;
+        }
+        tw_pe_wake(shm->super.pe);
+        return;
+    }
+
     if (!atomic_compare_exchange_strong(&p->state, &expected,
                                         clean ? TW_SHM_PEER_LEFT : TW_SHM_PEER_FAILED)) {
         return; /* already down */
@@ -972,7 +986,7 @@ static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p, bool inline_onl
 {
     int n = 0;
 
-    while (n < TW_SHM_BUDGET && tw_shm_peer_is_up(p)) {
+    while (n < TW_SHM_BUDGET && tw_shm_peer_is_up(p) && p->fail_pending == NULL) {
         uint64_t head = p->rx_head;
         tw_shm_cell_t *c = tw_shm_cell(p->rx, shm->ncells, head);
         uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
@@ -1030,6 +1044,16 @@ static int tw_shm_progress(tw_tl_iface_t *iface)
     if (shm->npeers_up == 0 && shm->jobs_head == NULL) {
         return 0;
     }
+    if (shm->nfail_pending > 0) {
+        for (int r = 0; r < iface->size; r++) {
+            const char *why = shm->peers[r].fail_pending;
+            if (why != NULL) {
+                shm->peers[r].fail_pending = NULL;
+                shm->nfail_pending--;
+                tw_shm_fail_peer(shm, r, why);
+            }
+        }
+    }
     n = tw_shm_rx_all(shm, false);
     if (w != shm->seen_wakeups) {
         char buf[64];
@@ -1050,11 +1074,15 @@ static int tw_shm_progress(tw_tl_iface_t *iface)
 static int tw_shm_poll(tw_tl_iface_t *iface)
 {
     tw_shm_iface_t *shm = (tw_shm_iface_t *)iface;
+    int n;
 
     if (shm->npeers_up == 0 && shm->jobs_head == NULL) {
         return 0;
     }
-    return tw_shm_rx_all(shm, true);
+    shm->in_poll = true;
+    n = tw_shm_rx_all(shm, true);
+    shm->in_poll = false;
+    return n;
 }
 
 /* ---- setup --------------------------------------------------------------- */
