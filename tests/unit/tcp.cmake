@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# src/transports/tcp unit tests (wire format; tests/fuzz fuzzes the same parsers).
+tw_add_test(NAME tcp_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tcp_proto.c
+            LABELS unit INTERNAL TIMEOUT 30)
