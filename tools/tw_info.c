@@ -54,12 +54,12 @@ int main(int argc, char **argv)
         if (st == TW_OK) {
             printf(" (");
             print_caps(ops->caps);
-            printf(" )\n");
+            printf(" )%s\n",
+                   strcmp(ops->name, "tcp") == 0 ? "  opt-in: TW_TRANSPORTS=...,tcp" : "");
         } else {
             printf(" (%s)\n", why);
         }
     }
-    printf("  %-6s unavailable (not in this build yet)\n", "tcp");
     printf("  %-6s unavailable (not in this build yet; libibverbs %s at build time)\n", "verbs",
            TW_HAVE_VERBS ? "found" : "not found");
     printf("  %-6s unavailable (not in this build yet)\n\n", "lossy");

@@ -333,7 +333,7 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
  * names of transports not in this build are TW_ERR_UNSUPPORTED. */
 static tw_status_t tw_ctx_check_transports(const char *list)
 {
-    static const char *const later[] = {"tcp", "verbs", "lossy"};
+    static const char *const later[] = {"verbs", "lossy"};
     char buf[TW_CFG_STRLEN];
     char *save = NULL;
 
@@ -348,7 +348,7 @@ static tw_status_t tw_ctx_check_transports(const char *list)
                 return TW_ERR_UNSUPPORTED;
             }
         }
-        tw_error("init", "unknown transport '%s' in TW_TRANSPORTS (known: self, shm)", t);
+        tw_error("init", "unknown transport '%s' in TW_TRANSPORTS (known: self, shm, tcp)", t);
         return TW_ERR_INVALID;
     }
     return TW_OK;
@@ -403,8 +403,12 @@ static bool tw_ctx_tl_wanted(const tw_ctx_impl_t *impl, const char *name)
     char buf[TW_CFG_STRLEN];
     char *save = NULL;
 
-    if (impl->cfg.transports[0] == '\0' || strcmp(name, "self") == 0) {
+    if (strcmp(name, "self") == 0) {
         return true;
+    }
+    if (impl->cfg.transports[0] == '\0') {
+        /* tcp is opt-in until it is complete (docs/tcp-plan.md). */
+        return strcmp(name, "tcp") != 0;
     }
     strcpy(buf, impl->cfg.transports);
     for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {

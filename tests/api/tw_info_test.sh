@@ -11,8 +11,9 @@ for want in "self   available" "shm    available" "rndv" "TW_SHM_CELLS" "TW_SHM_
   grep -q -- "$want" <<<"$out" || { echo "tw_info output lacks '$want':"; echo "$out"; exit 1; }
 done
 [ "$(grep -c '^  shm ' <<<"$out")" -eq 1 ] || { echo "shm listed more than once:"; echo "$out"; exit 1; }
-# Why a transport is unavailable is said, not hidden.
-grep -q "tcp    unavailable (" <<<"$out" || { echo "no reason for tcp:"; echo "$out"; exit 1; }
+# Why a transport is unavailable is said, not hidden; tcp is opt-in for now.
+grep -q "lossy  unavailable (" <<<"$out" || { echo "no reason for lossy:"; echo "$out"; exit 1; }
+grep -q "tcp    available .*opt-in" <<<"$out" || { echo "tcp not shown as opt-in:"; echo "$out"; exit 1; }
 verbose=$("$1" -v 2>&1)
 grep -q "value:" <<<"$verbose" || { echo "tw_info -v lacks the value lines"; exit 1; }
 echo "tw_info: ok"
