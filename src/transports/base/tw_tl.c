@@ -20,6 +20,8 @@ const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT] = {
     [TW_TL_STAT_RX_MSGS] = {"rx_msgs", TW_STAT_COUNTER},
     [TW_TL_STAT_RX_BYTES] = {"rx_bytes", TW_STAT_COUNTER},
     [TW_TL_STAT_AGAIN] = {"again", TW_STAT_COUNTER},
+    [TW_TL_STAT_REFUSED] = {"refused", TW_STAT_COUNTER},
+    [TW_TL_STAT_BAD_FRAMES] = {"bad_frames", TW_STAT_COUNTER},
 };
 
 const tw_tl_ops_t *tw_tl_find(const char *name)

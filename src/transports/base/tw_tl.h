@@ -124,6 +124,8 @@ enum {
     TW_TL_STAT_RX_MSGS,
     TW_TL_STAT_RX_BYTES,
     TW_TL_STAT_AGAIN,
+    TW_TL_STAT_REFUSED,    /* connections that failed the handshake */
+    TW_TL_STAT_BAD_FRAMES, /* malformed frames (the connection is closed) */
     TW_TL_STAT_COUNT
 };
 extern const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT];

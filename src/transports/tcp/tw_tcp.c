@@ -52,6 +52,7 @@
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
 #include "transports/base/tw_tl.h"
+#include "transports/tcp/tw_tcp.h"
 #include "transports/tcp/tw_tcp_proto.h"
 
 #define TW_TCP_MAX_SHORT  (64u * 1024u)
@@ -123,8 +124,7 @@ struct tw_tcp_iface {
     tw_tcp_conn_t *handshaking; /* engine owner */
     _Atomic(uint8_t) *down;     /* [size]: failed or left (any thread reads) */
     uint64_t next_check_ns;
-    uint64_t hs_failed;
-    uint64_t frames_bad;
+    int events; /* callbacks that did work in this pass (progress returns it) */
 };
 
 typedef struct tw_tcp_addr {
@@ -375,7 +375,7 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
         size_t total;
 
         if (st != TW_OK) {
-            tcp->frames_bad++;
+            tw_stats_inc(tcp->super.stats, TW_TL_STAT_BAD_FRAMES);
             tw_error("tcp", "rank %d sent a bad frame (%s): connection closed", c->peer, why);
             return false;
         }
@@ -404,6 +404,7 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
         }
         tw_stats_inc(tcp->super.stats, TW_TL_STAT_RX_MSGS);
         tw_stats_add(tcp->super.stats, TW_TL_STAT_RX_BYTES, f.len);
+        tcp->events++;
         tcp->super.recv(tcp->super.recv_arg, c->peer, f.am_id, c->in + off + TW_TCP_FRAME_LEN,
                         f.hdr_len, c->in + off + TW_TCP_FRAME_LEN + f.hdr_len, (size_t)f.len);
         off += total;
@@ -443,7 +444,7 @@ static void tw_tcp_on_read(evutil_socket_t fd, short what, void *arg)
                 if (rc != TW_TCP_HS_OK) {
                     bool ours = c->initiator && c->peer >= 0;
                     if (rc == TW_TCP_HS_BAD) {
-                        tcp->hs_failed++;
+                        tw_stats_inc(tcp->super.stats, TW_TL_STAT_REFUSED);
                     }
                     if (ours && rc == TW_TCP_HS_BAD) {
                         /* Our connect to a rank of the job was refused. */
@@ -535,6 +536,7 @@ static void tw_tcp_flush(tw_tcp_iface_t *tcp, tw_tcp_ep_t *ep)
                 break;
             }
             left -= rest;
+            tcp->events++;
             ep->head = f->next;
             if (ep->head == NULL) {
                 ep->tail = NULL;
@@ -733,6 +735,7 @@ static int tw_tcp_progress(tw_tl_iface_t *iface)
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
     uint64_t now;
 
+    tcp->events = 0;
     event_base_loop(tcp->base, EVLOOP_NONBLOCK);
     now = tw_time_ns();
     if (now >= tcp->next_check_ns) {
@@ -740,7 +743,7 @@ static int tw_tcp_progress(tw_tl_iface_t *iface)
         for (tw_tcp_conn_t *c = tcp->handshaking, *next; c != NULL; c = next) {
             next = c->next;
             if (now > c->hs_deadline) {
-                tcp->hs_failed++;
+                tw_stats_inc(tcp->super.stats, TW_TL_STAT_REFUSED);
                 tw_warn("tcp", "handshake timed out (%s side)",
                         c->initiator ? "connecting" : "accepting");
                 if (c->initiator && c->peer >= 0) {
@@ -751,7 +754,18 @@ static int tw_tcp_progress(tw_tl_iface_t *iface)
             }
         }
     }
-    return 0;
+    return tcp->events;
+}
+
+/* Frames still queued to a live peer (finalize lets them out first). */
+static bool tw_tcp_queued(const tw_tcp_iface_t *tcp)
+{
+    for (int r = 0; r < tcp->super.size; r++) {
+        if (tcp->eps[r].head != NULL && !tcp->eps[r].failed) {
+            return true;
+        }
+    }
+    return false;
 }
 
 /* ---- setup ----------------------------------------------------------------------- */
@@ -892,6 +906,15 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
 
+    if (tcp->eps != NULL && tcp->base != NULL) {
+        /* What was sent before finalize still goes out (connections may
+         * still be in their handshake): up to TW_TCP_HS_TIMEOUT. */
+        uint64_t until = tw_time_ns() + TW_TCP_HS_TIMEOUT;
+        while (tw_tcp_queued(tcp) && tw_time_ns() < until) {
+            (void)tw_tcp_progress(iface);
+            usleep(50);
+        }
+    }
     if (tcp->eps != NULL) {
         for (int r = 0; r < iface->size; r++) {
             tw_tcp_ep_t *ep = &tcp->eps[r];
@@ -935,4 +958,14 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
     }
     tw_tl_iface_cleanup(iface);
     tw_free(tcp, sizeof(*tcp));
+}
+
+uint16_t tw_tcp_test_peer_port(tw_tl_iface_t *iface, int peer)
+{
+    tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
+
+    if (peer < 0 || peer >= iface->size || !tcp->eps[peer].have_addr) {
+        return 0;
+    }
+    return ntohs(tcp->eps[peer].addr.sin_port);
 }

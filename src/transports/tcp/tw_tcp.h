@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/* The TCP transport (tw_tcp.c): what tests reach beyond the ops table. */
+#ifndef TW_TCP_H
+#define TW_TCP_H
+
+#include <stdint.h>
+
+#include "transports/base/tw_tl.h"
+
+/** Test hook: the port @p peer listens on (as it published it), or 0. */
+uint16_t tw_tcp_test_peer_port(tw_tl_iface_t *iface, int peer);
+
+#endif /* TW_TCP_H */

@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Hostile clients against a live TCP job (TW_TRANSPORTS=tcp twrun -n 4):
+ *
+ *   ranks 0 and 1 exchange checksummed messages the whole time;
+ *   rank 2 attacks the listening ports of ranks 0 and 1 with raw sockets:
+ *     connect-and-close (10^4, scaled), one byte then silence (must be
+ *     closed by the handshake timeout), wrong magic, wrong version, a
+ *     job of another size, random bytes, and a HELLO claiming idle rank 3
+ *     followed by a PROVE with a wrong proof;
+ *   rank 3 stays idle.
+ * Ranks 0 and 1 must go on intact, never stall more than 1 s, count every
+ * refused handshake (tw_stats "refused"), and call no error handler.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runtime/tw_context_int.h"
+#include "threadwire/threadwire.h"
+#include "transports/tcp/tw_tcp.h"
+#include "transports/tcp/tw_tcp_proto.h"
+#include "tw_test.h"
+
+#define TAG_DONE     (1ull << 50)
+#define TAG_FLAG     (1ull << 40)
+#define BAD_PER_RANK 6 /* refused handshakes rank 2 causes at each victim */
+
+static atomic_int handler_calls;
+
+static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *what, void *arg)
+{
+    (void)ctx, (void)peer, (void)err, (void)what, (void)arg;
+    atomic_fetch_add(&handler_calls, 1);
+}
+
+static tw_tl_iface_t *tcp_iface(tw_context_t *ctx)
+{
+    tw_ctx_impl_t *impl = ctx->impl;
+    for (unsigned i = 0; i < impl->ntl; i++) {
+        if (strcmp(impl->ifaces[i]->ops->name, "tcp") == 0) {
+            return impl->ifaces[i];
+        }
+    }
+    return NULL;
+}
+
+static int dial(uint16_t port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    TWT_CHECK(fd >= 0);
+    TWT_CHECKF(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+/* Send @p len bytes, then wait (up to @p ms) for the server to close. */
+static bool sent_then_closed(uint16_t port, const void *buf, size_t len, int ms)
+{
+    int fd = dial(port);
+    char junk[256];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    bool closed = false;
+
+    if (len > 0) {
+        TWT_CHECK(send(fd, buf, len, MSG_NOSIGNAL) == (ssize_t)len);
+    }
+    for (int waited = 0; waited < ms && !closed; waited += 10) {
+        if (poll(&p, 1, 10) > 0) {
+            ssize_t n = recv(fd, junk, sizeof(junk), MSG_DONTWAIT);
+            closed = n == 0 || (n < 0 && errno == ECONNRESET);
+        }
+    }
+    close(fd);
+    return closed;
+}
+
+static void attack(tw_context_t *ctx, int victim)
+{
+    uint16_t port = tw_tcp_test_peer_port(tcp_iface(ctx), victim);
+    uint8_t m[TW_TCP_HS_LEN], key[16];
+    tw_tcp_hs_t hs = {.type = TW_TCP_HS_HELLO, .rank = 3, .size = 4};
+    unsigned n = (unsigned)twt_scaled(5000, 250); /* per victim: 10^4 in all */
+
+    TWT_CHECK(port != 0);
+    TWT_EQ(tw_tcp_key_parse(getenv("TW_JOB_KEY"), key), TW_OK);
+    for (unsigned i = 0; i < n; i++) {
+        close(dial(port)); /* connect and close */
+    }
+    /* One byte, then silence: the handshake timeout (2 s) closes it. */
+    TWT_CHECKF(sent_then_closed(port, "x", 1, 5000), "a silent client was not closed");
+    /* Wrong magic, version, job size; random bytes. */
+    tw_tcp_hs_pack(&hs, m);
+    m[0] ^= 0xff;
+    TWT_CHECK(sent_then_closed(port, m, sizeof(m), 3000));
+    tw_tcp_hs_pack(&hs, m);
+    m[4] = 99;
+    TWT_CHECK(sent_then_closed(port, m, sizeof(m), 3000));
+    hs.size = 5;
+    tw_tcp_hs_pack(&hs, m);
+    hs.size = 4;
+    TWT_CHECK(sent_then_closed(port, m, sizeof(m), 3000));
+    twt_fill(m, sizeof(m), 12345);
+    TWT_CHECK(sent_then_closed(port, m, sizeof(m), 3000));
+    /* HELLO as idle rank 3, then a PROVE with a wrong proof. */
+    int fd = dial(port);
+    uint8_t welcome[TW_TCP_HS_LEN];
+    size_t got = 0;
+    tw_tcp_hs_pack(&hs, m);
+    TWT_CHECK(send(fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m));
+    while (got < sizeof(welcome)) {
+        ssize_t r = recv(fd, welcome + got, sizeof(welcome) - got, 0);
+        TWT_CHECKF(r > 0, "no WELCOME for a well-formed HELLO");
+        got += (size_t)r;
+    }
+    hs.type = TW_TCP_HS_PROVE;
+    hs.proof = 0x1234;
+    tw_tcp_hs_pack(&hs, m);
+    TWT_CHECK(send(fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m));
+    char c;
+    TWT_CHECKF(recv(fd, &c, 1, 0) <= 0, "a wrong proof was not refused");
+    close(fd);
+    /* bad magic, bad version, other job size, random, wrong proof, and
+     * the silent one: BAD_PER_RANK refusals. */
+    printf("rank 2: %u connect-and-close and %d bad handshakes against rank %d\n", n, BAD_PER_RANK,
+           victim);
+}
+
+static void wait_one(tw_cq_t *cq, tw_completion_t *c)
+{
+    int n = tw_cq_wait(cq, c, 1, 1000);
+    TWT_CHECKF(n == 1, "no completion for 1 s: the job stalled (%d)", n);
+}
+
+int main(void)
+{
+    tw_context_t *ctx;
+    tw_cq_t *cq;
+    tw_completion_t c;
+    int me;
+
+    TWT_EQ(tw_init(NULL, &ctx), TW_OK);
+    TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
+    TWT_EQ(tw_size(ctx), 4);
+    TWT_CHECK(tcp_iface(ctx) != NULL);
+    TWT_EQ(tw_cq_create(ctx, 64, &cq), TW_OK);
+    me = tw_rank(ctx);
+    if (me == 2) {
+        attack(ctx, 0);
+        attack(ctx, 1);
+        for (int v = 0; v < 2; v++) {
+            TWT_EQ(tw_send(ctx, v, TAG_DONE, NULL, 0, cq, NULL), TW_OK);
+            wait_one(cq, &c);
+            TWT_EQ(c.status, TW_OK);
+        }
+    } else if (me < 2) {
+        int peer = 1 - me, round = 0;
+        bool done = false;
+        unsigned char sbuf[4096], rbuf[4096];
+        /* Until both saw rank 2's "done": each round says whether we did
+         * (a tag bit), and both stop at the first round where both did. */
+        TWT_EQ(tw_recv(ctx, 2, TAG_DONE, 0, NULL, 0, cq, NULL), TW_OK);
+        for (bool mine = false, theirs = false; !(mine && theirs); round++) {
+            size_t len = (size_t)(round * 131) % sizeof(sbuf);
+            mine = done;
+            twt_fill(sbuf, len, (uint64_t)me << 32 | (unsigned)round);
+            TWT_EQ(tw_recv(ctx, peer, (uint64_t)round, TAG_FLAG, rbuf, sizeof(rbuf), cq, NULL),
+                   TW_OK);
+            TWT_EQ(tw_send(ctx, peer, (uint64_t)round | (mine ? TAG_FLAG : 0), sbuf, len, cq, NULL),
+                   TW_OK);
+            for (int k = 0; k < 2;) {
+                wait_one(cq, &c);
+                TWT_EQ(c.status, TW_OK);
+                if (c.op == TW_OP_RECV && c.peer == 2) {
+                    done = true;
+                    continue;
+                }
+                if (c.op == TW_OP_RECV) {
+                    TWT_EQ(c.length, len);
+                    TWT_CHECK(twt_verify(rbuf, len, (uint64_t)peer << 32 | (unsigned)round));
+                    theirs = (c.tag & TAG_FLAG) != 0;
+                }
+                k++;
+            }
+        }
+        uint64_t refused = tw_stats_read(tcp_iface(ctx)->stats, TW_TL_STAT_REFUSED);
+        TWT_CHECKF(refused >= BAD_PER_RANK, "rank %d counted %llu refused handshakes, want %d", me,
+                   (unsigned long long)refused, BAD_PER_RANK);
+        TWT_EQ(atomic_load(&handler_calls), 0);
+        printf("rank %d: %d intact exchanges with rank %d during the attack; %llu refused\n", me,
+               round, peer, (unsigned long long)refused);
+    }
+    /* Rank 3 idles: it never sends, nobody sends to it. */
+    TWT_EQ(tw_finalize(ctx), TW_OK);
+    TWT_EQ(tw_cq_destroy(cq), TW_OK);
+    return 0;
+}
