@@ -464,8 +464,15 @@ static int run_survivor(tw_context_t *ctx, size_t big)
 {
     double bound = 500;
     const char *b = getenv("TWTEST_PEER_FAIL_MS");
+    const char *tls = getenv("TW_TRANSPORTS");
     if (b != NULL && atof(b) > 0) {
         bound = atof(b);
+    }
+    if (tls != NULL && strstr(tls, "tcp") != NULL) {
+        /* TCP has no rendezvous yet: a send completes once the socket
+         * took it, so the 4 MiB sends may end TW_OK before rank 1 dies. */
+        g_ops[1].expect = MAY_FAIL;
+        g_ops[2].expect = MAY_FAIL;
     }
     tw_cq_t *cq;
     tw_completion_t c[16];
