@@ -54,8 +54,7 @@ int main(int argc, char **argv)
         if (st == TW_OK) {
             printf(" (");
             print_caps(ops->caps);
-            printf(" )%s\n",
-                   strcmp(ops->name, "tcp") == 0 ? "  opt-in: TW_TRANSPORTS=...,tcp" : "");
+            printf(" )%s\n", ops->opt_in ? "  opt-in: name it in TW_TRANSPORTS" : "");
         } else {
             printf(" (%s)\n", why);
         }

@@ -396,10 +396,11 @@ static int tw_ctx_iface_progress(void *arg)
     return tw_tl_progress(arg);
 }
 
-/* Is transport @p name selected by TW_TRANSPORTS (empty: all)? self
- * always is. */
-static bool tw_ctx_tl_wanted(const tw_ctx_impl_t *impl, const char *name)
+/* Is transport @p ops selected by TW_TRANSPORTS (empty: every one not
+ * opt-in)? self always is. */
+static bool tw_ctx_tl_wanted(const tw_ctx_impl_t *impl, const tw_tl_ops_t *ops)
 {
+    const char *name = ops->name;
     char buf[TW_CFG_STRLEN];
     char *save = NULL;
 
@@ -407,8 +408,7 @@ static bool tw_ctx_tl_wanted(const tw_ctx_impl_t *impl, const char *name)
         return true;
     }
     if (impl->cfg.transports[0] == '\0') {
-        /* tcp is opt-in until it is complete (docs/tcp-plan.md). */
-        return strcmp(name, "tcp") != 0;
+        return !ops->opt_in;
     }
     strcpy(buf, impl->cfg.transports);
     for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
@@ -461,7 +461,7 @@ static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
         tw_tl_iface_t *iface;
         tw_status_t st;
 
-        if (!tw_ctx_tl_wanted(impl, ops->name)) {
+        if (!tw_ctx_tl_wanted(impl, ops)) {
             continue;
         }
         /* A job of one needs nothing but self. */
@@ -509,7 +509,9 @@ static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
         tw_tl_iface_t *iface = impl->ifaces[i];
         size_t nlen = strlen(iface->ops->name), alen = 0;
         if (off + 1 + nlen + 2 > sizeof(blob)) {
-            return TW_ERR_INVALID;
+            tw_error("init", "transport addresses do not fit the %zu-byte bootstrap blob",
+                     sizeof(blob));
+            return TW_ERR_BOOTSTRAP;
         }
         blob[off] = (unsigned char)nlen;
         memcpy(blob + off + 1, iface->ops->name, nlen);

@@ -56,12 +56,3 @@ no_orphans() { # DIR WHAT
   p=$(pgrep -f -- "$1" | tr '\n' ' ' || true)
   [ -z "$p" ] || fail "$2: processes left behind: $p"
 }
-
-# twrun's output says every rank skipped: tw_init cannot join a
-# multi-process job in this build yet.
-exit_if_skipped() { # RC OUTPUT
-  if [ "$1" -eq 77 ] && grep -q '^skipped:' <<<"$2"; then
-    grep -m1 '^skipped:' <<<"$2"
-    exit 77
-  fi
-}

@@ -196,6 +196,8 @@ static int run_refuse_cma(tw_context_t *ctx, tw_cq_t *cq)
         size_t len = round % 4 == 0 ? max - (size_t)round : (size_t)(round * 40503) % 300000;
         exchange(ctx, cq, round, len, false, sbuf, rbuf);
     }
+    /* The pulls really were refused and fell back (not silently CMA). */
+    TWT_CHECK(tw_shm_test_cma_off(shm_iface(ctx)));
     printf("rank %d: large messages went through the rings with CMA refused\n", tw_rank(ctx));
     free(sbuf);
     free(rbuf);

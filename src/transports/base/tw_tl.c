@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/tw_log.h"
+#include "core/tw_mem.h"
 
 extern const tw_tl_ops_t tw_self_ops;
 extern const tw_tl_ops_t tw_shm_ops;
@@ -151,6 +152,22 @@ tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
     iface->recv_rndv = params->recv_rndv;
     iface->peer_down = params->peer_down;
     iface->peer_down_arg = params->peer_down_arg;
+    return TW_OK;
+}
+
+tw_status_t tw_tl_submit(tw_tl_iface_t *iface, void (*fn)(void *, void *, uint64_t), void *data,
+                         size_t alloc_len, size_t len)
+{
+    tw_pe_cmd_t cmd = {.fn = fn, .arg = iface, .data = data, .u64 = 0};
+    tw_status_t st = tw_pe_submit(iface->pe, &cmd);
+
+    if (st != TW_OK) {
+        tw_stats_inc(iface->stats, TW_TL_STAT_AGAIN);
+        tw_free(data, alloc_len);
+        return st;
+    }
+    tw_stats_inc(iface->stats, TW_TL_STAT_TX_MSGS);
+    tw_stats_add(iface->stats, TW_TL_STAT_TX_BYTES, len);
     return TW_OK;
 }
 

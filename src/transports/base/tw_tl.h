@@ -133,6 +133,9 @@ extern const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT];
 struct tw_tl_ops {
     const char *name;
     uint32_t caps;
+    /** Used only when TW_TRANSPORTS / tw_config_t.transports names it (a
+     * transport that is not complete yet), else with every usable one. */
+    bool opt_in;
     /** Usable on this host? On failure fill @p why. Thread: any. */
     tw_status_t (*query)(char *why, size_t why_len);
     tw_status_t (*iface_open)(const tw_tl_params_t *params, tw_tl_iface_t **iface_p);
@@ -196,6 +199,13 @@ void tw_tl_noaddr_ready(tw_tl_iface_t *iface);
 tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
                              const tw_tl_params_t *params, const tw_tl_attr_t *attr);
 void tw_tl_iface_cleanup(tw_tl_iface_t *iface);
+
+/** Hand @p data (a transport's fragment of @p alloc_len bytes carrying
+ * @p len payload bytes) to the iface's engine, where @p fn runs with it;
+ * counts it sent. On failure (TW_ERR_AGAIN: the lane is full) frees it,
+ * counts the refusal and returns the status. Thread: any. */
+tw_status_t tw_tl_submit(tw_tl_iface_t *iface, void (*fn)(void *, void *, uint64_t), void *data,
+                         size_t alloc_len, size_t len);
 
 /** Every transport compiled in, NULL-terminated. */
 extern const tw_tl_ops_t *const tw_tl_all[];

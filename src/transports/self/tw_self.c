@@ -65,8 +65,6 @@ static tw_status_t tw_self_post(tw_self_iface_t *self, int peer, uint8_t am_id, 
 {
     size_t alloc_len = sizeof(tw_self_frag_t) + hdr_len + (copy ? len : 0);
     tw_self_frag_t *frag;
-    tw_pe_cmd_t cmd;
-    tw_status_t st;
 
     if (peer != self->super.rank) {
         return TW_ERR_UNREACHABLE;
@@ -99,16 +97,7 @@ static tw_status_t tw_self_post(tw_self_iface_t *self, int peer, uint8_t am_id, 
     if (copy && len > 0) {
         memcpy(frag->bytes + hdr_len, data, len);
     }
-    cmd = (tw_pe_cmd_t){.fn = tw_self_deliver, .arg = self, .data = frag, .u64 = 0};
-    st = tw_pe_submit(self->super.pe, &cmd);
-    if (st != TW_OK) {
-        tw_stats_inc(self->super.stats, TW_TL_STAT_AGAIN);
-        tw_free(frag, alloc_len);
-        return st;
-    }
-    tw_stats_inc(self->super.stats, TW_TL_STAT_TX_MSGS);
-    tw_stats_add(self->super.stats, TW_TL_STAT_TX_BYTES, len);
-    return TW_OK;
+    return tw_tl_submit(&self->super, tw_self_deliver, frag, alloc_len, len);
 }
 
 static tw_status_t tw_self_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,

@@ -1428,6 +1428,11 @@ static void tw_shm_iface_close(tw_tl_iface_t *iface)
 
 /* ---- test hooks -------------------------------------------------------- */
 
+bool tw_shm_test_cma_off(tw_tl_iface_t *iface)
+{
+    return atomic_load(&((tw_shm_iface_t *)iface)->cma_off);
+}
+
 unsigned tw_shm_test_chaos(tw_tl_iface_t *iface, int peer, uint64_t seed)
 {
     tw_shm_iface_t *shm = (tw_shm_iface_t *)iface;

@@ -20,6 +20,10 @@ extern const tw_cfg_table_t tw_shm_cfg_table;
  * it (EPERM), to exercise the copy fallback. Thread: any. */
 void tw_shm_test_refuse_cma(bool refuse);
 
+/** Test hook: has this iface stopped using CMA (forced by TW_SHM_CMA=0,
+ * or refused once)? Thread: any. */
+bool tw_shm_test_cma_off(tw_tl_iface_t *iface);
+
 /** Test hook: write random values (from @p seed) into this process's
  * ring in @p peer's segment -- its tail, sequence words and cell headers
  * -- as a corrupt peer would. Returns the number of writes. The peer must

@@ -621,8 +621,6 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
     tw_tcp_frame_t fh = {
         .type = TW_TCP_FRAME_AM, .am_id = am_id, .hdr_len = (uint32_t)hdr_len, .len = len};
     tw_tcp_frame_out_t *f;
-    tw_pe_cmd_t cmd;
-    tw_status_t st;
 
     if (peer < 0 || peer >= tcp->super.size || peer == tcp->super.rank) {
         return TW_ERR_UNREACHABLE;
@@ -632,6 +630,7 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
     }
     f = tw_malloc(alloc_len);
     if (f == NULL) {
+        tw_error("tcp", "cannot allocate a %zu-byte frame for rank %d", alloc_len, peer);
         return TW_ERR_NOMEM;
     }
     *f = (tw_tcp_frame_out_t){.alloc_len = alloc_len,
@@ -647,16 +646,7 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
     if (copy && len > 0) {
         memcpy(f->bytes + TW_TCP_FRAME_LEN + hdr_len, data, len);
     }
-    cmd = (tw_pe_cmd_t){.fn = tw_tcp_enqueue_cmd, .arg = tcp, .data = f};
-    st = tw_pe_submit(tcp->super.pe, &cmd);
-    if (st != TW_OK) {
-        tw_stats_inc(tcp->super.stats, TW_TL_STAT_AGAIN);
-        tw_free(f, alloc_len);
-        return st;
-    }
-    tw_stats_inc(tcp->super.stats, TW_TL_STAT_TX_MSGS);
-    tw_stats_add(tcp->super.stats, TW_TL_STAT_TX_BYTES, len);
-    return TW_OK;
+    return tw_tl_submit(&tcp->super, tw_tcp_enqueue_cmd, f, alloc_len, len);
 }
 
 static tw_status_t tw_tcp_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
@@ -808,10 +798,13 @@ static tw_status_t tw_tcp_addr_connect(tw_tl_iface_t *iface, int peer, const voi
     tw_tcp_addr_t a;
 
     if (len != sizeof(a)) {
+        tw_error("tcp", "rank %d published a %zu-byte tcp address (want %zu)", peer, len,
+                 sizeof(a));
         return TW_ERR_PROTOCOL;
     }
     memcpy(&a, addr, sizeof(a));
     if (a.magic != TW_TCP_MAGIC || a.port == 0) {
+        tw_error("tcp", "rank %d published a malformed tcp address", peer);
         return TW_ERR_PROTOCOL;
     }
     tcp->eps[peer].addr = (struct sockaddr_in){
@@ -826,6 +819,7 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface);
 const tw_tl_ops_t tw_tcp_ops = {
     .name = "tcp",
     .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY,
+    .opt_in = true, /* until issue 4 is complete (docs/tcp-plan.md) */
     .query = tw_tcp_query,
     .iface_open = tw_tcp_iface_open,
     .iface_close = tw_tcp_iface_close,
