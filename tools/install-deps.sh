@@ -13,7 +13,7 @@ pkgs=(
   libck-dev libevent-dev libjemalloc-dev libhwloc-dev
   libbenchmark-dev
   libibverbs-dev libpmix-dev
-  util-linux procps
+  util-linux procps nftables iproute2
 )
 
 missing=()

@@ -19,6 +19,7 @@
 #include "runtime/tw_boot.h"
 #include "runtime/tw_context_int.h"
 #include "transports/shm/tw_shm.h"
+#include "transports/tcp/tw_tcp.h"
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
 
@@ -125,8 +126,8 @@ static const tw_cfg_table_t tw_boot_cfg_table = {
     .count = TW_ARRAY_SIZE(tw_boot_cfg_entries),
 };
 
-const tw_cfg_table_t *const tw_cfg_all_tables[] = {&tw_core_cfg_table, &tw_rt_cfg_table,
-                                                   &tw_boot_cfg_table, &tw_shm_cfg_table};
+const tw_cfg_table_t *const tw_cfg_all_tables[] = {
+    &tw_core_cfg_table, &tw_rt_cfg_table, &tw_boot_cfg_table, &tw_shm_cfg_table, &tw_tcp_cfg_table};
 const size_t tw_cfg_all_tables_count = TW_ARRAY_SIZE(tw_cfg_all_tables);
 
 /* ---- context shells -------------------------------------------------- */
@@ -366,6 +367,12 @@ static tw_status_t tw_ctx_start_engines(tw_ctx_impl_t *impl)
     if (n == 0) {
         n = 1; /* manual mode: one engine, driven by tw_progress */
     }
+    impl->pe_params = (tw_pe_params_t){.name = "",
+                                       .thread = !impl->manual,
+                                       .wait_mode = (tw_wait_mode_t)impl->cfg.wait_mode,
+                                       .spin_ns = impl->cfg.spin_ns,
+                                       .bind_package = -1,
+                                       .ring_depth = (unsigned)impl->cfg.pe_ring_depth};
     impl->pes = tw_calloc((size_t)n, sizeof(*impl->pes));
     if (impl->pes == NULL) {
         return TW_ERR_NOMEM;
@@ -376,12 +383,9 @@ static tw_status_t tw_ctx_start_engines(tw_ctx_impl_t *impl)
         if (n > npkg) {
             snprintf(name, sizeof(name), "socket%d.%d", i % npkg, i / npkg);
         }
-        tw_pe_params_t p = {.name = name,
-                            .thread = !impl->manual,
-                            .wait_mode = (tw_wait_mode_t)impl->cfg.wait_mode,
-                            .spin_ns = impl->cfg.spin_ns,
-                            .bind_package = impl->manual ? -1 : i % npkg,
-                            .ring_depth = (unsigned)impl->cfg.pe_ring_depth};
+        tw_pe_params_t p = impl->pe_params;
+        p.name = name;
+        p.bind_package = impl->manual ? -1 : i % npkg;
         tw_status_t st = tw_pe_create(&p, &impl->pes[i]);
         if (st != TW_OK) {
             return st;
@@ -445,6 +449,7 @@ static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
     tw_tl_params_t p = {.rank = impl->rank,
                         .size = impl->size,
                         .pe = impl->pes[0],
+                        .pe_params = &impl->pe_params,
                         .recv = tw_msg_recv_cb,
                         .recv_arg = impl->msg,
                         .inline_am_ids = 1ull << TW_MSG_AM_TAG,

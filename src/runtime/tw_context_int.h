@@ -49,6 +49,7 @@ typedef struct tw_ctx_impl {
     bool manual;
     unsigned npe;
     tw_pe_t **pes;
+    tw_pe_params_t pe_params; /* how the engines were made (for transports) */
     unsigned ntl;
     tw_tl_iface_t *ifaces[TW_CTX_MAX_TL];
     tw_msg_t *msg;

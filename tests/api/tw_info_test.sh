@@ -5,15 +5,16 @@
 # the environment sets, and warns about an unknown TW_* variable.
 set -euo pipefail
 out=$(TW_WAIT_MODE=spin TW_NO_SUCH_KNOB=1 "$1" 2>&1)
-for want in "self   available" "shm    available" "rndv" "TW_SHM_CELLS" "TW_SHM_CMA" "socket0: cpus" "TW_WAIT_MODE" "[set: spin]" "TW_LOG_LEVEL" \
+for want in "self   available" "shm    available" "rndv" "TW_SHM_CELLS" "TW_SHM_CMA" "TW_TCP_IF" "TW_TCP_TIMEOUT" "TW_TCP_THREADS" "socket0: cpus" "TW_WAIT_MODE" "[set: spin]" "TW_LOG_LEVEL" \
             "TW_PROGRESS_RING" "unknown environment variable TW_NO_SUCH_KNOB" \
             "1 unknown TW_\* variable"; do
   grep -q -- "$want" <<<"$out" || { echo "tw_info output lacks '$want':"; echo "$out"; exit 1; }
 done
 [ "$(grep -c '^  shm ' <<<"$out")" -eq 1 ] || { echo "shm listed more than once:"; echo "$out"; exit 1; }
-# Why a transport is unavailable is said, not hidden; tcp is opt-in for now.
+# Why a transport is unavailable is said, not hidden; tcp is in the default set.
 grep -q "lossy  unavailable (" <<<"$out" || { echo "no reason for lossy:"; echo "$out"; exit 1; }
-grep -q "tcp    available .*opt-in" <<<"$out" || { echo "tcp not shown as opt-in:"; echo "$out"; exit 1; }
+grep -q "tcp    available" <<<"$out" || { echo "tcp not available:"; echo "$out"; exit 1; }
+if grep -q "tcp .*opt-in" <<<"$out"; then echo "tcp shown as opt-in:"; echo "$out"; exit 1; fi
 verbose=$("$1" -v 2>&1)
 grep -q "value:" <<<"$verbose" || { echo "tw_info -v lacks the value lines"; exit 1; }
 echo "tw_info: ok"

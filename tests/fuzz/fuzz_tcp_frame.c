@@ -5,7 +5,7 @@
  * the largest, and exactly the lengths the input claims). Checks the
  * contract of tw_tcp_proto.h: short input is TW_ERR_AGAIN, bad input
  * TW_ERR_PROTOCOL with a reason; an accepted header has a known type, no
- * flags, lengths within the limits, a FIN without bytes, and packs back to
+ * flags, lengths within the limits, a FIN or PING without bytes, and packs back to
  * exactly the 16 bytes it was parsed from. Limits only ever reject: a
  * header accepted under some limits is accepted under the largest.
  */
@@ -44,11 +44,12 @@ static tw_status_t fz_frame_one(const uint8_t *data, size_t size, uint32_t max_h
         TW_FUZZ_CHECK(why != NULL && why[0] != '\0');
         return st;
     }
-    TW_FUZZ_CHECK(f.type == TW_TCP_FRAME_AM || f.type == TW_TCP_FRAME_FIN);
+    TW_FUZZ_CHECK(f.type == TW_TCP_FRAME_AM || f.type == TW_TCP_FRAME_FIN ||
+                  f.type == TW_TCP_FRAME_PING);
     TW_FUZZ_CHECK(f.flags == 0);
     TW_FUZZ_CHECK(f.hdr_len <= max_hdr);
     TW_FUZZ_CHECK(f.len <= max_len);
-    TW_FUZZ_CHECK(f.type != TW_TCP_FRAME_FIN || (f.hdr_len == 0 && f.len == 0 && f.am_id == 0));
+    TW_FUZZ_CHECK(f.type == TW_TCP_FRAME_AM || (f.hdr_len == 0 && f.len == 0 && f.am_id == 0));
     TW_FUZZ_CHECK(again.type == f.type && again.am_id == f.am_id && again.hdr_len == f.hdr_len &&
                   again.len == f.len);
     tw_tcp_frame_pack(&f, packed);

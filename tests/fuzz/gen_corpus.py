@@ -63,7 +63,7 @@ assert siphash24(KEY, bytes(range(63))) == 0x958A324CEB064572
 
 MAGIC, VERSION = 0x43545754, 1
 HELLO, WELCOME, PROVE = 1, 2, 3
-AM, FIN = 1, 2
+AM, FIN, PING = 1, 2, 3
 
 
 def proof(key, role, their_nonce, my_nonce, acceptor_rank, connector_rank):
@@ -126,6 +126,8 @@ def frame_seeds():
         "fin_with_len": frame(FIN, 0, 0, 1),
         "fin_with_hdr": frame(FIN, 0, 1, 0),
         "fin_with_id": frame(FIN, 9, 0, 0),
+        "ping": frame(PING, 0, 0, 0),
+        "ping_with_len": frame(PING, 0, 0, 1 << 63),
         "len_2p63": frame(AM, 1, 0, 1 << 63),
         "len_2p63_minus1": frame(AM, 1, 0, (1 << 63) - 1),
         "len_size_max": frame(AM, 1, 0, M64),

@@ -641,19 +641,24 @@ static uint32_t parse_size(const char *s)
 static void usage(FILE *out)
 {
     fprintf(out, "usage: test_alltoall [-t THREADS] [-m MSGS] [--max-size BYTES[k|m]] "
-                 "[--seed S]\n"
+                 "[--seed S] [--stats]\n"
                  "  -t, --threads   workers per rank (4)\n"
                  "  -m, --messages  messages per worker to each rank (64, / TWTEST_SCALE)\n"
                  "  --max-size      largest message (4m)\n"
-                 "  --seed          plan and payload seed (1)\n");
+                 "  --seed          plan and payload seed (1)\n"
+                 "  --stats         print tw_stats_print's report before tw_finalize\n");
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"threads", required_argument, NULL, 't'},  {"messages", required_argument, NULL, 'm'},
-        {"max-size", required_argument, NULL, 'S'}, {"seed", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"threads", required_argument, NULL, 't'},
+                                         {"messages", required_argument, NULL, 'm'},
+                                         {"max-size", required_argument, NULL, 'S'},
+                                         {"seed", required_argument, NULL, 's'},
+                                         {"stats", no_argument, NULL, 'P'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    bool stats = false;
     unsigned long threads = 4;
     uint64_t msgs = 64;
     int opt;
@@ -672,6 +677,9 @@ int main(int argc, char **argv)
             break;
         case 's':
             g_seed = strtoull(optarg, NULL, 0);
+            break;
+        case 'P':
+            stats = true;
             break;
         case 'h':
             usage(stdout);
@@ -737,6 +745,10 @@ int main(int argc, char **argv)
     A2A_CHECK(recv == expect, "received %llu of %llu", (unsigned long long)recv,
               (unsigned long long)expect);
     A2A_CHECK(sent == (uint64_t)g_threads * g_size * g_msgs, "sent %llu", (unsigned long long)sent);
+    if (stats) {
+        A2A_CHECK(tw_stats_print(g_ctx, stdout) == TW_OK, "tw_stats_print");
+        fflush(stdout);
+    }
     st = tw_finalize(g_ctx);
     A2A_CHECK(st == TW_OK, "tw_finalize: %s", tw_strerror(st));
 

@@ -25,10 +25,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/tw_context_int.h"
 #include "threadwire/threadwire.h"
 #include "transports/tcp/tw_tcp.h"
 #include "transports/tcp/tw_tcp_proto.h"
+#include "tw_mp_tcp.h"
 #include "tw_test.h"
 
 #define TAG_DONE     (1ull << 50)
@@ -41,17 +41,6 @@ static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *w
 {
     (void)ctx, (void)peer, (void)err, (void)what, (void)arg;
     atomic_fetch_add(&handler_calls, 1);
-}
-
-static tw_tl_iface_t *tcp_iface(tw_context_t *ctx)
-{
-    tw_ctx_impl_t *impl = ctx->impl;
-    for (unsigned i = 0; i < impl->ntl; i++) {
-        if (strcmp(impl->ifaces[i]->ops->name, "tcp") == 0) {
-            return impl->ifaces[i];
-        }
-    }
-    return NULL;
 }
 
 static int dial(uint16_t port)
@@ -88,7 +77,7 @@ static bool sent_then_closed(uint16_t port, const void *buf, size_t len, int ms)
 
 static void attack(tw_context_t *ctx, int victim)
 {
-    uint16_t port = tw_tcp_test_peer_port(tcp_iface(ctx), victim);
+    uint16_t port = tw_tcp_test_peer_port(tw_mp_tcp_iface(ctx), victim);
     uint8_t m[TW_TCP_HS_LEN], key[16];
     tw_tcp_hs_t hs = {.type = TW_TCP_HS_HELLO, .rank = 3, .size = 4};
     unsigned n = (unsigned)twt_scaled(5000, 250); /* per victim: 10^4 in all */
@@ -153,7 +142,7 @@ int main(void)
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);
     TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
     TWT_EQ(tw_size(ctx), 4);
-    TWT_CHECK(tcp_iface(ctx) != NULL);
+    TWT_CHECK(tw_mp_tcp_iface(ctx) != NULL);
     TWT_EQ(tw_cq_create(ctx, 64, &cq), TW_OK);
     me = tw_rank(ctx);
     if (me == 2) {
@@ -194,7 +183,7 @@ int main(void)
                 k++;
             }
         }
-        uint64_t refused = tw_stats_read(tcp_iface(ctx)->stats, TW_TL_STAT_REFUSED);
+        uint64_t refused = tw_stats_read(tw_mp_tcp_iface(ctx)->stats, TW_TL_STAT_REFUSED);
         TWT_CHECKF(refused >= BAD_PER_RANK, "rank %d counted %llu refused handshakes, want %d", me,
                    (unsigned long long)refused, BAD_PER_RANK);
         TWT_EQ(atomic_load(&handler_calls), 0);

@@ -424,6 +424,9 @@ static void test_frame(void)
     f = frame_make(TW_TCP_FRAME_FIN, 0, 0, 0);
     frame_accept(&f, mh, ml);
     frame_accept(&f, 0, 0);
+    f = frame_make(TW_TCP_FRAME_PING, 0, 0, 0);
+    frame_accept(&f, mh, ml);
+    frame_accept(&f, 0, 0);
 
     /* The layout: version | type | am_id | flags | hdr_len LE | len LE. */
     static const uint8_t am_bytes[TW_TCP_FRAME_LEN] = {
@@ -483,10 +486,20 @@ static void test_frame(void)
     f = frame_make(TW_TCP_FRAME_FIN, 3, 0, 0);
     tw_tcp_frame_pack(&f, buf);
     frame_reject(buf, mh, ml, "FIN with am_id");
+    /* PING likewise. */
+    f = frame_make(TW_TCP_FRAME_PING, 0, 1, 0);
+    tw_tcp_frame_pack(&f, buf);
+    frame_reject(buf, mh, ml, "PING with hdr_len");
+    f = frame_make(TW_TCP_FRAME_PING, 0, 0, 1ull << 63);
+    tw_tcp_frame_pack(&f, buf);
+    frame_reject(buf, UINT32_MAX, UINT64_MAX, "PING with len 2^63");
+    f = frame_make(TW_TCP_FRAME_PING, 9, 0, 0);
+    tw_tcp_frame_pack(&f, buf);
+    frame_reject(buf, mh, ml, "PING with am_id");
 
     /* Unknown type, flags, version. */
     for (unsigned t = 0; t < 256; t++) {
-        if (t == TW_TCP_FRAME_AM || t == TW_TCP_FRAME_FIN) {
+        if (t == TW_TCP_FRAME_AM || t == TW_TCP_FRAME_FIN || t == TW_TCP_FRAME_PING) {
             continue;
         }
         f = frame_make((uint8_t)t, 0, 0, 0);

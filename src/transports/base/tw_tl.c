@@ -155,11 +155,11 @@ tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
     return TW_OK;
 }
 
-tw_status_t tw_tl_submit(tw_tl_iface_t *iface, void (*fn)(void *, void *, uint64_t), void *data,
-                         size_t alloc_len, size_t len)
+tw_status_t tw_tl_submit(tw_tl_iface_t *iface, tw_pe_t *pe, void (*fn)(void *, void *, uint64_t),
+                         void *arg, void *data, size_t alloc_len, size_t len)
 {
-    tw_pe_cmd_t cmd = {.fn = fn, .arg = iface, .data = data, .u64 = 0};
-    tw_status_t st = tw_pe_submit(iface->pe, &cmd);
+    tw_pe_cmd_t cmd = {.fn = fn, .arg = arg, .data = data, .u64 = 0};
+    tw_status_t st = tw_pe_submit(pe, &cmd);
 
     if (st != TW_OK) {
         tw_stats_inc(iface->stats, TW_TL_STAT_AGAIN);

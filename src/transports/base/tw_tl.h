@@ -81,7 +81,11 @@ enum {
 typedef struct tw_tl_params {
     int rank;
     int size;
-    tw_pe_t *pe;          /* the engine that drives this iface */
+    tw_pe_t *pe; /* the engine that drives this iface */
+    /* How the context made its engines (name and binding aside): a
+     * transport that runs engines of its own makes them alike. Valid
+     * during iface_open only. */
+    const tw_pe_params_t *pe_params;
     tw_tl_recv_fn_t recv; /* arrivals */
     void *recv_arg;
     /* Bit i set: arrivals of am id i run no user code, so a transport that
@@ -201,11 +205,12 @@ tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
 void tw_tl_iface_cleanup(tw_tl_iface_t *iface);
 
 /** Hand @p data (a transport's fragment of @p alloc_len bytes carrying
- * @p len payload bytes) to the iface's engine, where @p fn runs with it;
- * counts it sent. On failure (TW_ERR_AGAIN: the lane is full) frees it,
- * counts the refusal and returns the status. Thread: any. */
-tw_status_t tw_tl_submit(tw_tl_iface_t *iface, void (*fn)(void *, void *, uint64_t), void *data,
-                         size_t alloc_len, size_t len);
+ * @p len payload bytes) to engine @p pe, where @p fn(@p arg, @p data, 0)
+ * runs; counts it sent in @p iface's stats. On failure (TW_ERR_AGAIN: the
+ * lane is full) frees it, counts the refusal and returns the status.
+ * Thread: any. */
+tw_status_t tw_tl_submit(tw_tl_iface_t *iface, tw_pe_t *pe, void (*fn)(void *, void *, uint64_t),
+                         void *arg, void *data, size_t alloc_len, size_t len);
 
 /** Every transport compiled in, NULL-terminated. */
 extern const tw_tl_ops_t *const tw_tl_all[];

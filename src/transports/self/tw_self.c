@@ -97,7 +97,7 @@ static tw_status_t tw_self_post(tw_self_iface_t *self, int peer, uint8_t am_id, 
     if (copy && len > 0) {
         memcpy(frag->bytes + hdr_len, data, len);
     }
-    return tw_tl_submit(&self->super, tw_self_deliver, frag, alloc_len, len);
+    return tw_tl_submit(&self->super, self->super.pe, tw_self_deliver, self, frag, alloc_len, len);
 }
 
 static tw_status_t tw_self_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,

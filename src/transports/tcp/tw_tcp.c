@@ -1,42 +1,83 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * The TCP transport (first version; docs/tcp-plan.md has the whole plan).
+ * The TCP transport.
  *
- * One libevent base per iface, driven only by its progress engine's owner
- * (the progress function runs event_base_loop(EVLOOP_NONBLOCK); every
- * socket is also watched by the engine's epoll so a sleeping engine wakes).
- * Worker threads never touch a socket: a send becomes a frame handed to
- * the engine through its submission lane (tw_pe_submit), appended to the
- * peer's endpoint queue and written with writev -- several queued frames
- * per syscall, partial writes resumed.
+ * Lanes. The iface runs TW_TCP_THREADS lanes (default: one per CPU socket,
+ * one in manual mode). A lane is a libevent base with its own listening
+ * sockets, timer and connections, driven by exactly one progress engine:
+ * lane 0 by the context's engine, lane k > 0 by an engine of our own (with
+ * a thread when the context has progress threads; otherwise tw_progress
+ * drives it through lane 0). The connection to rank p lives on lane
+ * p % lanes, on both sides: each rank publishes one port per lane, and a
+ * connector dials the port of the lane that owns it on the acceptor
+ * (a HELLO that reaches the wrong lane is refused). So no socket ever
+ * changes thread, and every peer's frames stay in order.
+ *
+ * Engines drive a lane by running event_base_loop(EVLOOP_NONBLOCK) in
+ * their progress pass; every socket (and the lane's timerfd) is also in
+ * the engine's epoll set (tw_pe_watch), so a sleeping engine wakes for it.
+ * A lane without connections runs its loop at most once a millisecond,
+ * which keeps an unused transport (shm carries node-local traffic) out of
+ * the other transports' latency.
+ *
+ * Sends. Worker threads never touch a socket: a send becomes a frame
+ * handed to the owning lane's engine (tw_tl_submit), appended to the
+ * peer's queue, and the peer is marked dirty. The lane writes dirty queues
+ * once per progress pass, with one writev for many frames (partial writes
+ * resume at their offset), so a burst of small messages costs one syscall,
+ * not one each. TCP_NODELAY.
  *
  * Connections are made lazily, on the first frame to a peer:
- *   CLOSED -> CONNECTING (non-blocking connect) -> CONNECT_ACK (HELLO sent,
- *   waiting for WELCOME) -> CONNECTED (PROVE sent); FAILED.
+ *   CLOSED -> CONNECTING (non-blocking connect) -> CONNECT_ACK (HELLO
+ *   queued, waiting for WELCOME) -> CONNECTED (PROVE sent); FAILED.
  * The accepting side waits for HELLO, answers WELCOME, and takes the
  * connection once PROVE checks (tw_tcp_proto.h: both sides prove the job
- * key over the other's nonce; the key never travels). No frame is written
- * before a connection is CONNECTED, so when both ranks connect at once the
- * one initiated by the lower rank wins and the other is closed without
- * loss or error. A connection that fails the handshake (bad magic,
- * version, proof, or 2 s of silence) is closed, counted and logged.
+ * key over the other's nonce; the key never travels). Handshake messages
+ * are written without blocking (EV_WRITE finishes a partial one), and no
+ * frame is written before the connection is CONNECTED, so when both ranks
+ * connect at once the one initiated by the lower rank wins and the other
+ * is closed without loss or error. A connection that fails the handshake
+ * (bad magic, version, proof, wrong lane, or 2 s of silence) is closed,
+ * counted (tl stat "refused") and logged. A connect that fails outright
+ * tries the peer's next published address.
  *
- * A clean close writes a FIN frame: the peer then knows it left. EOF
- * without FIN, a reset, or a bad frame fails the peer: its queued and
+ * Liveness. TW_TCP_TIMEOUT (default 10 s; 0 = off) bounds how long a peer
+ * may stay silent: the kernel aborts a connection whose sent data stays
+ * unacknowledged that long (TCP_USER_TIMEOUT, which also covers a zero
+ * window) and probes idle ones (SO_KEEPALIVE); and, since a stopped or
+ * hung process's kernel still answers both, the lanes send a PING frame on
+ * any connection idle for a quarter of the timeout, and declare a peer
+ * failed when nothing arrived from it for the larger of its timeout and
+ * ours. Only peers that run progress threads are judged by silence (they
+ * publish that flag): a manual-mode rank may legitimately not progress
+ * for a while.
+ *
+ * Failure. A clean close writes a FIN frame: the peer then knows it left.
+ * EOF without FIN, a reset, a socket error (including the user timeout),
+ * silence past the timeout, or a bad frame fails the peer: its queued and
  * in-flight sends complete with TW_ERR_PEER_FAILED and the layer above is
- * told (peer_down).
+ * told (peer_down), from the lane's engine thread.
  *
- * Limits of this version: listens on 127.0.0.1 only (twrun is a node-local
- * launcher), one engine carries every connection, no rendezvous (large
- * payloads stream inline and the send completes once written), and the
- * transport is used only when TW_TRANSPORTS names it.
+ * Addresses. TW_TCP_IF names the interfaces to listen on (comma list);
+ * by default loopback when every rank is on this node, otherwise every
+ * non-loopback IPv4 and IPv6 address (link-local IPv6 is skipped: it needs
+ * a scope). The address blob: magic u32 | lanes u8 | addresses u8 |
+ * flags u8 | pad u8 | timeout ms u32 | per address: family u8 (4 or 6),
+ * pad[3], address[16] (network order), lanes x port u16 (network order).
+ *
+ * Left out (docs/tcp-plan.md): rendezvous (a large send streams inline and
+ * completes once written to the socket), a frame pool (each send allocates
+ * its frame from jemalloc's thread cache).
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -45,9 +86,12 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/tw_compiler.h"
+#include "core/tw_config.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
@@ -55,20 +99,61 @@
 #include "transports/tcp/tw_tcp.h"
 #include "transports/tcp/tw_tcp_proto.h"
 
-#define TW_TCP_MAX_SHORT  (64u * 1024u)
-#define TW_TCP_MAX_HDR    (TW_AM_HDR_MAX + 256u)
-#define TW_TCP_MAX_LEN    (1ull << 30)
-#define TW_TCP_HS_TIMEOUT (2ull * 1000 * 1000 * 1000)
-#define TW_TCP_IOV        64
+#define TW_TCP_MAX_SHORT   (64u * 1024u)
+#define TW_TCP_MAX_HDR     (TW_AM_HDR_MAX + 256u)
+#define TW_TCP_MAX_LEN     (1ull << 30)
+#define TW_TCP_HS_TIMEOUT  (2ull * 1000 * 1000 * 1000)
+#define TW_TCP_IOV         128
+#define TW_TCP_MAX_ADDRS   8
+#define TW_TCP_MAX_LANES   16
+#define TW_TCP_IDLE_LOOP   (1000ull * 1000) /* a lane without connections: 1 ms */
+#define TW_TCP_ADDR_HDR    12u
+#define TW_TCP_ADDR_ENTRY  20u
+#define TW_TCP_FLAG_THREAD 0x01u /* blob flag: the rank runs progress threads */
 
 enum {
     TW_TCP_CLOSED,
-    TW_TCP_CONNECTING,
-    TW_TCP_CONNECT_ACK,
-    TW_TCP_ACCEPTED, /* waiting for HELLO */
-    TW_TCP_WELCOMED, /* WELCOME sent, waiting for PROVE */
+    TW_TCP_CONNECT_ACK, /* connecting; HELLO queued, waiting for WELCOME */
+    TW_TCP_ACCEPTED,    /* waiting for HELLO */
+    TW_TCP_WELCOMED,    /* WELCOME sent, waiting for PROVE */
     TW_TCP_CONNECTED,
     TW_TCP_FAILED
+};
+
+typedef struct tw_tcp_cfg {
+    char ifs[TW_CFG_STRLEN];
+    uint64_t timeout_ns;
+    int threads;
+} tw_tcp_cfg_t;
+
+static const tw_cfg_entry_t tw_tcp_cfg_entries[] = {
+    {.name = "TW_TCP_IF",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "tcp transport: interfaces to listen on (comma list, e.g. eth0,ib0); empty = "
+             "loopback when every rank is on this node, else every non-loopback address",
+     .offset = offsetof(tw_tcp_cfg_t, ifs)},
+    {.name = "TW_TCP_TIMEOUT",
+     .type = TW_CFG_DURATION,
+     .defval = "10s",
+     .help = "tcp transport: a peer silent (or its data unacknowledged) this long has failed "
+             "(TCP_USER_TIMEOUT, keepalive, PING on idle connections); 0 = never",
+     .offset = offsetof(tw_tcp_cfg_t, timeout_ns),
+     .max = 3600ull * 1000 * 1000 * 1000},
+    {.name = "TW_TCP_THREADS",
+     .type = TW_CFG_INT,
+     .defval = "-1",
+     .help = "tcp transport: lanes (event bases, each with its progress engine) carrying the "
+             "connections; -1 = one per CPU socket (one in manual mode)",
+     .offset = offsetof(tw_tcp_cfg_t, threads),
+     .min = -1,
+     .max = TW_TCP_MAX_LANES},
+};
+
+const tw_cfg_table_t tw_tcp_cfg_table = {
+    .module = "tcp",
+    .entries = tw_tcp_cfg_entries,
+    .count = TW_ARRAY_SIZE(tw_tcp_cfg_entries),
 };
 
 /* One frame waiting to be written. Header bytes follow the struct; the
@@ -86,16 +171,26 @@ typedef struct tw_tcp_frame_out {
 } tw_tcp_frame_out_t;
 
 typedef struct tw_tcp_iface tw_tcp_iface_t;
+typedef struct tw_tcp_lane tw_tcp_lane_t;
+
+typedef struct tw_tcp_addr {
+    struct sockaddr_storage ss;
+    socklen_t len;
+} tw_tcp_addr_t;
 
 typedef struct tw_tcp_conn {
-    tw_tcp_iface_t *tcp;
+    tw_tcp_lane_t *lane;
     int fd;
     int state;
     int peer; /* -1 until HELLO names it (accepted side) */
     bool initiator;
+    int addr_index;         /* initiator: which of the peer's addresses */
     uint8_t nonce[16];      /* ours */
     uint8_t peer_nonce[16]; /* theirs */
+    uint8_t hs_out[TW_TCP_HS_LEN];
+    uint8_t hs_off, hs_len; /* handshake bytes still to write */
     uint64_t hs_deadline;
+    uint64_t last_rx, last_tx;
     struct event *ev_read, *ev_write;
     unsigned char *in; /* receive buffer */
     size_t in_len, in_cap;
@@ -107,68 +202,137 @@ typedef struct tw_tcp_ep {
     tw_tcp_conn_t *pending;   /* our connect, handshake in progress */
     tw_tcp_conn_t *accepting; /* the peer's connect, handshake in progress */
     tw_tcp_frame_out_t *head, *tail;
-    struct sockaddr_in addr;
-    bool have_addr;
+    unsigned queued;
+    bool dirty; /* on the lane's dirty list */
+    struct tw_tcp_ep *next_dirty;
+    tw_tcp_addr_t addrs[TW_TCP_MAX_ADDRS]; /* with the port of our lane there */
+    int naddrs;
+    uint64_t silence_ns; /* fail it after this much silence; 0 = never */
     bool failed;
     bool left; /* FIN received */
 } tw_tcp_ep_t;
 
-struct tw_tcp_iface {
-    tw_tl_iface_t super;
+typedef struct tw_tcp_listener {
+    int fd;
+    struct event *ev;
+} tw_tcp_listener_t;
+
+struct tw_tcp_lane {
+    tw_tcp_iface_t *tcp;
+    int index;
+    tw_pe_t *pe; /* drives this lane */
+    bool own_pe; /* ours (lane > 0), not the context's */
     struct event_base *base;
-    int listen_fd;
-    struct event *ev_accept;
-    uint16_t port;
-    uint8_t key[16];
-    tw_tcp_ep_t *eps;           /* [size] */
-    tw_tcp_conn_t *handshaking; /* engine owner */
-    _Atomic(uint8_t) *down;     /* [size]: failed or left (any thread reads) */
-    uint64_t next_check_ns;
+    tw_tcp_listener_t lis[TW_TCP_MAX_ADDRS];
+    uint16_t ports[TW_TCP_MAX_ADDRS];
+    int timer_fd;
+    struct event *ev_timer;
+    uint64_t last_tick;
+    tw_tcp_conn_t *handshaking;
+    tw_tcp_ep_t *dirty;
+    unsigned nconns; /* open connections (any state) */
+    uint64_t last_loop;
     int events; /* callbacks that did work in this pass (progress returns it) */
 };
 
-typedef struct tw_tcp_addr {
-    uint32_t magic;
-    uint16_t port;
-    uint16_t pad;
-    uint32_t ipv4; /* network order */
-} tw_tcp_addr_t;
+struct tw_tcp_iface {
+    tw_tl_iface_t super;
+    tw_tcp_cfg_t cfg;
+    uint8_t key[16];
+    bool threads; /* we run progress threads (published) */
+    bool closing;
+    int nlanes;
+    tw_tcp_lane_t *lanes;
+    int naddrs;
+    tw_tcp_addr_t addrs[TW_TCP_MAX_ADDRS]; /* where we listen (port 0) */
+    uint64_t tick_ns;
+    tw_tcp_ep_t *eps;       /* [size]; eps[p] is owned by lane p % nlanes */
+    _Atomic(uint8_t) *down; /* [size]: failed or left (any thread reads) */
+};
 
 static void tw_tcp_conn_close(tw_tcp_conn_t *c);
-static void tw_tcp_fail_peer(tw_tcp_iface_t *tcp, int peer, tw_status_t why, const char *what);
-static void tw_tcp_flush(tw_tcp_iface_t *tcp, tw_tcp_ep_t *ep);
+static void tw_tcp_fail_peer(tw_tcp_lane_t *lane, int peer, tw_status_t why, const char *what);
+static void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep);
+static void tw_tcp_connect(tw_tcp_lane_t *lane, int peer, int addr_index);
+
+static tw_tcp_lane_t *tw_tcp_lane_of(tw_tcp_iface_t *tcp, int peer)
+{
+    return &tcp->lanes[peer % tcp->nlanes];
+}
+
+static const char *tw_tcp_addr_str(const tw_tcp_addr_t *a, char *buf, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    const struct sockaddr *sa = (const struct sockaddr *)&a->ss;
+
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&a->ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&a->ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        snprintf(buf, len, "[%s]:%u", host, ntohs(in6->sin6_port));
+    }
+    return buf;
+}
 
 /* ---- connections ---------------------------------------------------------- */
 
 static void tw_tcp_on_read(evutil_socket_t fd, short what, void *arg);
 static void tw_tcp_on_write(evutil_socket_t fd, short what, void *arg);
 
-static tw_tcp_conn_t *tw_tcp_conn_new(tw_tcp_iface_t *tcp, int fd, int state, int peer,
+/* Socket options every connection gets: no Nagle, and the liveness bound. */
+static void tw_tcp_sockopts(const tw_tcp_iface_t *tcp, int fd)
+{
+    int one = 1;
+
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (tcp->cfg.timeout_ns > 0) {
+        unsigned ms = (unsigned)(tcp->cfg.timeout_ns / 1000000u);
+        int probe_s = (int)(tcp->cfg.timeout_ns / 3000000000ull);
+        int cnt = 3;
+        if (ms == 0) {
+            ms = 1;
+        }
+        if (probe_s < 1) {
+            probe_s = 1;
+        }
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+        (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    }
+}
+
+static tw_tcp_conn_t *tw_tcp_conn_new(tw_tcp_lane_t *lane, int fd, int state, int peer,
                                       bool initiator)
 {
     tw_tcp_conn_t *c = tw_calloc(1, sizeof(*c));
-    int one = 1;
+    uint64_t now = tw_time_ns();
 
     if (c == NULL) {
         close(fd);
         return NULL;
     }
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    c->tcp = tcp;
+    tw_tcp_sockopts(lane->tcp, fd);
+    c->lane = lane;
     c->fd = fd;
     c->state = state;
     c->peer = peer;
     c->initiator = initiator;
-    c->hs_deadline = tw_time_ns() + TW_TCP_HS_TIMEOUT;
+    c->hs_deadline = now + TW_TCP_HS_TIMEOUT;
+    c->last_rx = c->last_tx = now;
     if (getrandom(c->nonce, sizeof(c->nonce), 0) != (ssize_t)sizeof(c->nonce)) {
         tw_free(c, sizeof(*c));
         close(fd);
         return NULL;
     }
-    c->ev_read = event_new(tcp->base, fd, EV_READ | EV_PERSIST, tw_tcp_on_read, c);
-    c->ev_write = event_new(tcp->base, fd, EV_WRITE, tw_tcp_on_write, c);
+    c->ev_read = event_new(lane->base, fd, EV_READ | EV_PERSIST, tw_tcp_on_read, c);
+    c->ev_write = event_new(lane->base, fd, EV_WRITE, tw_tcp_on_write, c);
     if (c->ev_read == NULL || c->ev_write == NULL || event_add(c->ev_read, NULL) != 0 ||
-        tw_pe_watch(tcp->super.pe, fd) != TW_OK) {
+        tw_pe_watch(lane->pe, fd) != TW_OK) {
         if (c->ev_read != NULL) {
             event_free(c->ev_read);
         }
@@ -179,14 +343,15 @@ static tw_tcp_conn_t *tw_tcp_conn_new(tw_tcp_iface_t *tcp, int fd, int state, in
         close(fd);
         return NULL;
     }
-    c->next = tcp->handshaking;
-    tcp->handshaking = c;
+    c->next = lane->handshaking;
+    lane->handshaking = c;
+    lane->nconns++;
     return c;
 }
 
 static void tw_tcp_unlink_handshaking(tw_tcp_conn_t *c)
 {
-    for (tw_tcp_conn_t **pp = &c->tcp->handshaking; *pp != NULL; pp = &(*pp)->next) {
+    for (tw_tcp_conn_t **pp = &c->lane->handshaking; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == c) {
             *pp = c->next;
             c->next = NULL;
@@ -197,11 +362,11 @@ static void tw_tcp_unlink_handshaking(tw_tcp_conn_t *c)
 
 static void tw_tcp_conn_close(tw_tcp_conn_t *c)
 {
-    tw_tcp_iface_t *tcp = c->tcp;
+    tw_tcp_lane_t *lane = c->lane;
 
     tw_tcp_unlink_handshaking(c);
     if (c->peer >= 0) {
-        tw_tcp_ep_t *ep = &tcp->eps[c->peer];
+        tw_tcp_ep_t *ep = &lane->tcp->eps[c->peer];
         if (ep->conn == c) {
             ep->conn = NULL;
         }
@@ -214,44 +379,61 @@ static void tw_tcp_conn_close(tw_tcp_conn_t *c)
     }
     event_free(c->ev_read);
     event_free(c->ev_write);
-    tw_pe_unwatch(tcp->super.pe, c->fd);
+    if (lane->pe != NULL) {
+        tw_pe_unwatch(lane->pe, c->fd);
+    }
     close(c->fd);
     if (c->in != NULL) {
         tw_free(c->in, c->in_cap);
     }
+    lane->nconns--;
     tw_free(c, sizeof(*c));
 }
 
-/* Write all of @p len bytes now (handshake messages, FIN: small). */
-static bool tw_tcp_send_small(tw_tcp_conn_t *c, const void *buf, size_t len)
+/* Write what is left of the handshake message. False: the socket failed
+ * (errno says why); otherwise EV_WRITE finishes a partial write. */
+static bool tw_tcp_hs_write(tw_tcp_conn_t *c)
 {
-    const char *p = buf;
-    for (int tries = 0; len > 0 && tries < 1000; tries++) {
-        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+    while (c->hs_off < c->hs_len) {
+        ssize_t n = send(c->fd, c->hs_out + c->hs_off, c->hs_len - c->hs_off, MSG_NOSIGNAL);
         if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-            return false;
-        } else {
-            usleep(100);
+            c->hs_off = (uint8_t)(c->hs_off + n);
+            continue;
         }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            event_add(c->ev_write, NULL);
+            return true;
+        }
+        return false;
     }
-    return len == 0;
+    return true;
 }
 
-static void tw_tcp_send_hs(tw_tcp_conn_t *c, uint8_t type, uint64_t proof)
+static bool tw_tcp_send_hs(tw_tcp_conn_t *c, uint8_t type, uint64_t proof)
 {
+    tw_tcp_iface_t *tcp = c->lane->tcp;
     tw_tcp_hs_t hs = {.type = type,
-                      .rank = (uint32_t)c->tcp->super.rank,
-                      .size = (uint32_t)c->tcp->super.size,
+                      .rank = (uint32_t)tcp->super.rank,
+                      .size = (uint32_t)tcp->super.size,
                       .proof = proof};
-    uint8_t buf[TW_TCP_HS_LEN];
 
     memcpy(hs.nonce, c->nonce, sizeof(hs.nonce));
-    tw_tcp_hs_pack(&hs, buf);
-    if (!tw_tcp_send_small(c, buf, sizeof(buf))) {
-        c->state = TW_TCP_FAILED;
+    tw_tcp_hs_pack(&hs, c->hs_out);
+    c->hs_off = 0;
+    c->hs_len = TW_TCP_HS_LEN;
+    return tw_tcp_hs_write(c);
+}
+
+/* Queue @p ep for the write at the end of the progress pass. */
+static void tw_tcp_mark_dirty(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
+{
+    if (!ep->dirty) {
+        ep->dirty = true;
+        ep->next_dirty = lane->dirty;
+        lane->dirty = ep;
     }
 }
 
@@ -260,8 +442,8 @@ static void tw_tcp_send_hs(tw_tcp_conn_t *c, uint8_t type, uint64_t proof)
  * peer, so there is nothing to choose here. */
 static void tw_tcp_established(tw_tcp_conn_t *c)
 {
-    tw_tcp_iface_t *tcp = c->tcp;
-    tw_tcp_ep_t *ep = &tcp->eps[c->peer];
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_ep_t *ep = &lane->tcp->eps[c->peer];
 
     tw_tcp_unlink_handshaking(c);
     if (ep->pending == c) {
@@ -272,7 +454,7 @@ static void tw_tcp_established(tw_tcp_conn_t *c)
     }
     c->state = TW_TCP_CONNECTED;
     ep->conn = c;
-    tw_tcp_flush(tcp, ep);
+    tw_tcp_mark_dirty(lane, ep); /* written after this callback: @p c may be in use */
 }
 
 enum { TW_TCP_HS_BAD, TW_TCP_HS_OK, TW_TCP_HS_DROP };
@@ -290,7 +472,8 @@ enum { TW_TCP_HS_BAD, TW_TCP_HS_OK, TW_TCP_HS_DROP };
  */
 static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
 {
-    tw_tcp_iface_t *tcp = c->tcp;
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_iface_t *tcp = lane->tcp;
     tw_tcp_hs_t hs;
     const char *why = "?";
     uint8_t want = c->state == TW_TCP_ACCEPTED      ? TW_TCP_HS_HELLO
@@ -308,8 +491,14 @@ static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
     switch (c->state) {
     case TW_TCP_ACCEPTED: { /* HELLO */
         tw_tcp_ep_t *ep = &tcp->eps[hs.rank];
+        if ((int)hs.rank % tcp->nlanes != lane->index) {
+            tw_warn("tcp", "handshake refused: rank %u dialed lane %d, not %d", hs.rank,
+                    lane->index, (int)hs.rank % tcp->nlanes);
+            return TW_TCP_HS_BAD;
+        }
         if (ep->failed || ep->conn != NULL || ep->accepting != NULL) {
-            tw_warn("tcp", "handshake refused: rank %u is connected already", hs.rank);
+            tw_warn("tcp", "handshake refused: rank %u is %s", hs.rank,
+                    ep->failed ? "failed" : "connected already");
             return TW_TCP_HS_BAD;
         }
         if (ep->pending != NULL) {
@@ -323,10 +512,12 @@ static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
         ep->accepting = c;
         memcpy(c->peer_nonce, hs.nonce, 16);
         c->state = TW_TCP_WELCOMED;
-        tw_tcp_send_hs(c, TW_TCP_HS_WELCOME,
-                       tw_tcp_hs_proof(tcp->key, 'A', c->peer_nonce, c->nonce,
-                                       (uint32_t)tcp->super.rank, hs.rank));
-        return c->state == TW_TCP_FAILED ? TW_TCP_HS_BAD : TW_TCP_HS_OK;
+        if (!tw_tcp_send_hs(c, TW_TCP_HS_WELCOME,
+                            tw_tcp_hs_proof(tcp->key, 'A', c->peer_nonce, c->nonce,
+                                            (uint32_t)tcp->super.rank, hs.rank))) {
+            return TW_TCP_HS_DROP; /* the client went away */
+        }
+        return TW_TCP_HS_OK;
     }
     case TW_TCP_CONNECT_ACK: /* WELCOME: check the acceptor's proof */
         if ((int)hs.rank != c->peer ||
@@ -336,13 +527,12 @@ static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
             return TW_TCP_HS_BAD;
         }
         memcpy(c->peer_nonce, hs.nonce, 16);
-        tw_tcp_send_hs(c, TW_TCP_HS_PROVE,
-                       tw_tcp_hs_proof(tcp->key, 'C', c->peer_nonce, c->nonce, hs.rank,
-                                       (uint32_t)tcp->super.rank));
-        if (c->state == TW_TCP_FAILED) {
+        if (!tw_tcp_send_hs(c, TW_TCP_HS_PROVE,
+                            tw_tcp_hs_proof(tcp->key, 'C', c->peer_nonce, c->nonce, hs.rank,
+                                            (uint32_t)tcp->super.rank))) {
             return TW_TCP_HS_BAD;
         }
-        tw_tcp_established(c);
+        tw_tcp_established(c); /* frames follow the PROVE's last byte */
         return TW_TCP_HS_OK;
     case TW_TCP_WELCOMED: /* PROVE: check the connector's proof */
         if ((int)hs.rank != c->peer || memcmp(hs.nonce, c->peer_nonce, 16) != 0 ||
@@ -359,12 +549,48 @@ static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
     }
 }
 
+/* The socket of @p c reported EOF (@p err 0) or error @p err. */
+static void tw_tcp_conn_broken(tw_tcp_conn_t *c, int err)
+{
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_iface_t *tcp = lane->tcp;
+    int peer = c->peer;
+
+    if (c->state == TW_TCP_CONNECTED) {
+        bool left = tcp->eps[peer].left;
+        tw_tcp_fail_peer(lane, peer, left ? TW_OK : TW_ERR_PEER_FAILED,
+                         err == 0 ? "connection closed without FIN" : strerror(err));
+    } else if (c->initiator && peer >= 0 && err == 0 && peer < tcp->super.rank) {
+        /* Our connect lost the simultaneous-connect rule (we are the
+         * higher rank): the peer's own connection takes over. */
+        tw_tcp_conn_close(c);
+    } else if (c->initiator && peer >= 0 && err != 0 && c->hs_off == 0 &&
+               c->addr_index + 1 < tcp->eps[peer].naddrs) {
+        /* The connect itself failed: try the peer's next address. */
+        int next = c->addr_index + 1;
+        char a[80];
+        tw_debug("tcp", "connect to rank %d at %s failed (%s): trying its next address", peer,
+                 tw_tcp_addr_str(&tcp->eps[peer].addrs[c->addr_index], a, sizeof(a)),
+                 strerror(err));
+        tw_tcp_conn_close(c);
+        tw_tcp_connect(lane, peer, next);
+    } else if (c->initiator && peer >= 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "connection refused or reset during the handshake (%s)",
+                 err == 0 ? "EOF" : strerror(err));
+        tw_tcp_fail_peer(lane, peer, TW_ERR_PEER_FAILED, msg);
+    } else {
+        tw_tcp_conn_close(c);
+    }
+}
+
 /* ---- receiving ------------------------------------------------------------- */
 
 /* Deliver every complete frame in c->in; false: the stream is bad. */
 static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
 {
-    tw_tcp_iface_t *tcp = c->tcp;
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_iface_t *tcp = lane->tcp;
     size_t off = 0;
 
     while (c->in_len - off >= TW_TCP_FRAME_LEN && c->state == TW_TCP_CONNECTED) {
@@ -379,14 +605,17 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
             tw_error("tcp", "rank %d sent a bad frame (%s): connection closed", c->peer, why);
             return false;
         }
-        if (f.type == TW_TCP_FRAME_FIN) {
-            tcp->eps[c->peer].left = true;
-            off += TW_TCP_FRAME_LEN;
+        if (f.type != TW_TCP_FRAME_AM) {
+            if (f.type == TW_TCP_FRAME_FIN) {
+                tcp->eps[c->peer].left = true;
+            }
+            off += TW_TCP_FRAME_LEN; /* PING: its arrival was the point */
             continue;
         }
         total = TW_TCP_FRAME_LEN + f.hdr_len + (size_t)f.len;
         if (c->in_len - off < total) {
             if (total > c->in_cap) {
+                /* Bounded: the parser checked both lengths. */
                 unsigned char *n = tw_malloc(total);
                 if (n == NULL) {
                     tw_error("tcp", "out of memory for a %zu-byte frame from rank %d", total,
@@ -404,7 +633,7 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
         }
         tw_stats_inc(tcp->super.stats, TW_TL_STAT_RX_MSGS);
         tw_stats_add(tcp->super.stats, TW_TL_STAT_RX_BYTES, f.len);
-        tcp->events++;
+        lane->events++;
         tcp->super.recv(tcp->super.recv_arg, c->peer, f.am_id, c->in + off + TW_TCP_FRAME_LEN,
                         f.hdr_len, c->in + off + TW_TCP_FRAME_LEN + f.hdr_len, (size_t)f.len);
         off += total;
@@ -414,18 +643,18 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
     return true;
 }
 
-static void tw_tcp_on_read(evutil_socket_t fd, short what, void *arg)
+/* Read what the socket holds. False: @p c is gone (closed or failed). */
+static bool tw_tcp_read(tw_tcp_conn_t *c)
 {
-    tw_tcp_conn_t *c = arg;
-    tw_tcp_iface_t *tcp = c->tcp;
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_iface_t *tcp = lane->tcp;
 
-    (void)what;
     for (;;) {
         if (c->in_cap - c->in_len < 4096 && c->in_cap < (1u << 20)) {
             size_t cap = c->in_cap == 0 ? 65536 : c->in_cap * 2;
             unsigned char *n = tw_malloc(cap);
             if (n == NULL) {
-                break;
+                return true; /* try again on the next event */
             }
             if (c->in_len > 0) {
                 memcpy(n, c->in, c->in_len);
@@ -436,23 +665,23 @@ static void tw_tcp_on_read(evutil_socket_t fd, short what, void *arg)
             c->in = n;
             c->in_cap = cap;
         }
-        ssize_t n = recv(fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
         if (n > 0) {
             c->in_len += (size_t)n;
+            c->last_rx = tw_time_ns();
             while (c->state != TW_TCP_CONNECTED && c->in_len >= TW_TCP_HS_LEN) {
                 int rc = tw_tcp_on_hs(c, c->in);
                 if (rc != TW_TCP_HS_OK) {
-                    bool ours = c->initiator && c->peer >= 0;
                     if (rc == TW_TCP_HS_BAD) {
                         tw_stats_inc(tcp->super.stats, TW_TL_STAT_REFUSED);
                     }
-                    if (ours && rc == TW_TCP_HS_BAD) {
+                    if (c->initiator && c->peer >= 0 && rc == TW_TCP_HS_BAD) {
                         /* Our connect to a rank of the job was refused. */
-                        tw_tcp_fail_peer(tcp, c->peer, TW_ERR_PEER_FAILED, "the handshake failed");
-                        return;
+                        tw_tcp_fail_peer(lane, c->peer, TW_ERR_PEER_FAILED, "the handshake failed");
+                    } else {
+                        tw_tcp_conn_close(c);
                     }
-                    tw_tcp_conn_close(c);
-                    return;
+                    return false;
                 }
                 memmove(c->in, c->in + TW_TCP_HS_LEN, c->in_len - TW_TCP_HS_LEN);
                 c->in_len -= TW_TCP_HS_LEN;
@@ -461,31 +690,26 @@ static void tw_tcp_on_read(evutil_socket_t fd, short what, void *arg)
                 continue; /* more handshake bytes to come */
             }
             if (!tw_tcp_parse_frames(c)) {
-                tw_tcp_fail_peer(tcp, c->peer, TW_ERR_PEER_FAILED, "bad frame");
-                return;
+                tw_tcp_fail_peer(lane, c->peer, TW_ERR_PEER_FAILED, "bad frame");
+                return false;
             }
             continue;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            return;
+        if (n < 0 && errno == EINTR) {
+            continue;
         }
-        /* EOF or error. */
-        if (c->state == TW_TCP_CONNECTED) {
-            int peer = c->peer;
-            bool left = tcp->eps[peer].left;
-            tw_tcp_fail_peer(tcp, peer, left ? TW_OK : TW_ERR_PEER_FAILED,
-                             n == 0 ? "connection closed without FIN" : strerror(errno));
-        } else if (c->initiator && c->peer >= 0 && c->peer < tcp->super.rank) {
-            /* Our connect lost the simultaneous-connect rule (we are the
-             * higher rank): the peer's own connection takes over. */
-            tw_tcp_conn_close(c);
-        } else if (c->initiator && c->peer >= 0) {
-            tw_tcp_fail_peer(tcp, c->peer, TW_ERR_PEER_FAILED, "connection refused or reset");
-        } else {
-            tw_tcp_conn_close(c);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return true;
         }
-        return;
+        tw_tcp_conn_broken(c, n == 0 ? 0 : errno);
+        return false;
     }
+}
+
+static void tw_tcp_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    (void)tw_tcp_read(arg);
 }
 
 /* ---- sending ---------------------------------------------------------------- */
@@ -499,11 +723,23 @@ static void tw_tcp_frame_done(tw_tcp_frame_out_t *f, tw_status_t st)
 }
 
 /* Write what the peer's queue holds: one writev for many frames. */
-static void tw_tcp_flush(tw_tcp_iface_t *tcp, tw_tcp_ep_t *ep)
+static void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
 {
     tw_tcp_conn_t *c = ep->conn;
 
-    while (c != NULL && ep->head != NULL) {
+    if (c == NULL) {
+        return;
+    }
+    if (c->hs_off < c->hs_len) { /* the PROVE goes first */
+        if (!tw_tcp_hs_write(c)) {
+            tw_tcp_conn_broken(c, errno);
+            return;
+        }
+        if (c->hs_off < c->hs_len) {
+            return; /* EV_WRITE comes back here */
+        }
+    }
+    while (ep->head != NULL) {
         struct iovec iov[TW_TCP_IOV];
         int n = 0;
         for (tw_tcp_frame_out_t *f = ep->head; f != NULL && n + 2 <= TW_TCP_IOV; f = f->next) {
@@ -519,13 +755,17 @@ static void tw_tcp_flush(tw_tcp_iface_t *tcp, tw_tcp_ep_t *ep)
         }
         ssize_t w = writev(c->fd, iov, n);
         if (w < 0) {
-            if (errno == EAGAIN || errno == EINTR) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 event_add(c->ev_write, NULL);
                 return;
             }
-            tw_tcp_fail_peer(tcp, c->peer, TW_ERR_PEER_FAILED, strerror(errno));
+            tw_tcp_conn_broken(c, errno);
             return;
         }
+        c->last_tx = tw_time_ns();
         size_t left = (size_t)w;
         while (left > 0 && ep->head != NULL) {
             tw_tcp_frame_out_t *f = ep->head;
@@ -536,8 +776,9 @@ static void tw_tcp_flush(tw_tcp_iface_t *tcp, tw_tcp_ep_t *ep)
                 break;
             }
             left -= rest;
-            tcp->events++;
+            lane->events++;
             ep->head = f->next;
+            ep->queued--;
             if (ep->head == NULL) {
                 ep->tail = NULL;
             }
@@ -549,51 +790,66 @@ static void tw_tcp_flush(tw_tcp_iface_t *tcp, tw_tcp_ep_t *ep)
 static void tw_tcp_on_write(evutil_socket_t fd, short what, void *arg)
 {
     tw_tcp_conn_t *c = arg;
+    tw_tcp_iface_t *tcp = c->lane->tcp;
+
     (void)fd, (void)what;
-    if (c->peer >= 0 && c->tcp->eps[c->peer].conn == c) {
-        tw_tcp_flush(c->tcp, &c->tcp->eps[c->peer]);
+    if (c->state != TW_TCP_CONNECTED) {
+        if (!tw_tcp_hs_write(c)) {
+            tw_tcp_conn_broken(c, errno);
+        }
+        return;
+    }
+    if (c->peer >= 0 && tcp->eps[c->peer].conn == c) {
+        tw_tcp_flush(c->lane, &tcp->eps[c->peer]);
     }
 }
 
-static void tw_tcp_connect(tw_tcp_iface_t *tcp, int peer)
+static void tw_tcp_connect(tw_tcp_lane_t *lane, int peer, int addr_index)
 {
-    tw_tcp_ep_t *ep = &tcp->eps[peer];
+    tw_tcp_ep_t *ep = &lane->tcp->eps[peer];
+    const tw_tcp_addr_t *a;
     int fd;
 
-    if (!ep->have_addr) {
-        tw_tcp_fail_peer(tcp, peer, TW_ERR_PEER_FAILED, "no address");
+    if (addr_index >= ep->naddrs) {
+        tw_tcp_fail_peer(lane, peer, TW_ERR_PEER_FAILED, "no address");
         return;
     }
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    a = &ep->addrs[addr_index];
+    fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        tw_tcp_fail_peer(tcp, peer, TW_ERR_PEER_FAILED, strerror(errno));
+        tw_tcp_fail_peer(lane, peer, TW_ERR_PEER_FAILED, strerror(errno));
         return;
     }
-    if (connect(fd, (struct sockaddr *)&ep->addr, sizeof(ep->addr)) != 0 && errno != EINPROGRESS) {
+    if (connect(fd, (const struct sockaddr *)&a->ss, a->len) != 0 && errno != EINPROGRESS) {
         int err = errno;
         close(fd);
-        tw_tcp_fail_peer(tcp, peer, TW_ERR_PEER_FAILED, strerror(err));
+        if (addr_index + 1 < ep->naddrs) {
+            tw_tcp_connect(lane, peer, addr_index + 1);
+        } else {
+            tw_tcp_fail_peer(lane, peer, TW_ERR_PEER_FAILED, strerror(err));
+        }
         return;
     }
-    ep->pending = tw_tcp_conn_new(tcp, fd, TW_TCP_CONNECT_ACK, peer, true);
+    ep->pending = tw_tcp_conn_new(lane, fd, TW_TCP_CONNECT_ACK, peer, true);
     if (ep->pending == NULL) {
-        tw_tcp_fail_peer(tcp, peer, TW_ERR_PEER_FAILED, "out of memory");
+        tw_tcp_fail_peer(lane, peer, TW_ERR_PEER_FAILED, "out of memory");
         return;
     }
-    /* The HELLO waits in the socket buffer until the connect completes. */
-    tw_tcp_send_hs(ep->pending, TW_TCP_HS_HELLO, 0);
+    ep->pending->addr_index = addr_index;
+    /* The HELLO waits for the connect to complete (EV_WRITE). */
+    if (!tw_tcp_send_hs(ep->pending, TW_TCP_HS_HELLO, 0)) {
+        tw_tcp_conn_broken(ep->pending, errno);
+    }
 }
 
-/* Engine side of a send (a submission command). */
-static void tw_tcp_enqueue_cmd(void *arg, void *data, uint64_t u64)
+/* Queue @p f to its peer (engine side). */
+static void tw_tcp_enqueue(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f)
 {
-    tw_tcp_iface_t *tcp = arg;
-    tw_tcp_frame_out_t *f = data;
+    tw_tcp_iface_t *tcp = lane->tcp;
     tw_tcp_ep_t *ep = &tcp->eps[f->peer];
 
-    (void)u64;
-    if (ep->failed) {
-        tw_tcp_frame_done(f, TW_ERR_PEER_FAILED);
+    if (ep->failed || tcp->closing) {
+        tw_tcp_frame_done(f, ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED);
         return;
     }
     f->next = NULL;
@@ -603,13 +859,51 @@ static void tw_tcp_enqueue_cmd(void *arg, void *data, uint64_t u64)
         ep->tail->next = f;
     }
     ep->tail = f;
+    ep->queued++;
     if (ep->conn == NULL) {
         if (ep->pending == NULL && ep->accepting == NULL) {
-            tw_tcp_connect(tcp, f->peer);
+            tw_tcp_connect(lane, f->peer, 0);
         }
         return; /* flushed once a connection is up */
     }
-    tw_tcp_flush(tcp, ep);
+    if (ep->queued >= TW_TCP_IOV / 2) {
+        tw_tcp_flush(lane, ep); /* enough for one full writev */
+    } else {
+        tw_tcp_mark_dirty(lane, ep);
+    }
+}
+
+/* Submission command: a worker's frame reaches the lane's engine. */
+static void tw_tcp_enqueue_cmd(void *arg, void *data, uint64_t u64)
+{
+    (void)u64;
+    tw_tcp_enqueue(arg, data);
+}
+
+/* A frame that carries nothing but its type (FIN, PING). */
+static void tw_tcp_enqueue_ctl(tw_tcp_lane_t *lane, int peer, uint8_t type)
+{
+    size_t alloc_len = sizeof(tw_tcp_frame_out_t) + TW_TCP_FRAME_LEN;
+    tw_tcp_frame_out_t *f = tw_malloc(alloc_len);
+    tw_tcp_frame_t fh = {.type = type};
+
+    if (f == NULL) {
+        return; /* a missed PING or FIN: the peer copes (the next tick retries) */
+    }
+    *f = (tw_tcp_frame_out_t){.alloc_len = alloc_len, .head_len = TW_TCP_FRAME_LEN, .peer = peer};
+    tw_tcp_frame_pack(&fh, f->bytes);
+    tw_tcp_enqueue(lane, f);
+}
+
+/* Write every dirty queue of @p lane (once per progress pass). */
+static void tw_tcp_flush_dirty(tw_tcp_lane_t *lane)
+{
+    while (lane->dirty != NULL) {
+        tw_tcp_ep_t *ep = lane->dirty;
+        lane->dirty = ep->next_dirty;
+        ep->dirty = false;
+        tw_tcp_flush(lane, ep);
+    }
 }
 
 static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, const void *hdr,
@@ -620,6 +914,7 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
     size_t alloc_len = sizeof(tw_tcp_frame_out_t) + head_len;
     tw_tcp_frame_t fh = {
         .type = TW_TCP_FRAME_AM, .am_id = am_id, .hdr_len = (uint32_t)hdr_len, .len = len};
+    tw_tcp_lane_t *lane;
     tw_tcp_frame_out_t *f;
 
     if (peer < 0 || peer >= tcp->super.size || peer == tcp->super.rank) {
@@ -646,7 +941,8 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
     if (copy && len > 0) {
         memcpy(f->bytes + TW_TCP_FRAME_LEN + hdr_len, data, len);
     }
-    return tw_tl_submit(&tcp->super, tw_tcp_enqueue_cmd, f, alloc_len, len);
+    lane = tw_tcp_lane_of(tcp, peer);
+    return tw_tl_submit(&tcp->super, lane->pe, tw_tcp_enqueue_cmd, lane, f, alloc_len, len);
 }
 
 static tw_status_t tw_tcp_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
@@ -669,8 +965,9 @@ static tw_status_t tw_tcp_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id
 
 /* ---- failure ------------------------------------------------------------------ */
 
-static void tw_tcp_fail_peer(tw_tcp_iface_t *tcp, int peer, tw_status_t why, const char *what)
+static void tw_tcp_fail_peer(tw_tcp_lane_t *lane, int peer, tw_status_t why, const char *what)
 {
+    tw_tcp_iface_t *tcp = lane->tcp;
     tw_tcp_ep_t *ep = &tcp->eps[peer];
 
     if (ep->failed) {
@@ -699,16 +996,17 @@ static void tw_tcp_fail_peer(tw_tcp_iface_t *tcp, int peer, tw_status_t why, con
         tw_tcp_frame_done(f, TW_ERR_PEER_FAILED);
     }
     ep->tail = NULL;
+    ep->queued = 0;
     if (tcp->super.peer_down != NULL) {
         tcp->super.peer_down(tcp->super.peer_down_arg, peer, why);
     }
 }
 
-/* ---- accept, progress ------------------------------------------------------------ */
+/* ---- accept, timers, progress ----------------------------------------------------- */
 
 static void tw_tcp_on_accept(evutil_socket_t fd, short what, void *arg)
 {
-    tw_tcp_iface_t *tcp = arg;
+    tw_tcp_lane_t *lane = arg;
 
     (void)what;
     for (;;) {
@@ -716,35 +1014,114 @@ static void tw_tcp_on_accept(evutil_socket_t fd, short what, void *arg)
         if (c < 0) {
             return; /* EAGAIN, or a transient error: the next event retries */
         }
-        (void)tw_tcp_conn_new(tcp, c, TW_TCP_ACCEPTED, -1, false);
+        lane->events++;
+        (void)tw_tcp_conn_new(lane, c, TW_TCP_ACCEPTED, -1, false);
     }
 }
 
+/* Liveness of the connected peers of @p lane: PING the idle ones, fail
+ * the silent ones. */
+static void tw_tcp_check_peers(tw_tcp_lane_t *lane, uint64_t now, bool grace)
+{
+    tw_tcp_iface_t *tcp = lane->tcp;
+    uint64_t ping_after = tcp->cfg.timeout_ns / 4;
+
+    for (int p = lane->index; p < tcp->super.size; p += tcp->nlanes) {
+        tw_tcp_ep_t *ep = &tcp->eps[p];
+        tw_tcp_conn_t *c = ep->conn;
+
+        if (c == NULL || ep->failed) {
+            continue;
+        }
+        if (grace) {
+            c->last_rx = now; /* we were not running: do not blame the peer */
+        }
+        if (ep->head == NULL && now - c->last_tx >= ping_after) {
+            tw_tcp_enqueue_ctl(lane, p, TW_TCP_FRAME_PING);
+            tw_tcp_flush(lane, ep);
+        }
+        c = ep->conn; /* the flush may have failed it */
+        if (c == NULL || ep->silence_ns == 0 || now - c->last_rx <= ep->silence_ns) {
+            continue;
+        }
+        if (!tw_tcp_read(c) || ep->conn == NULL || tw_time_ns() - c->last_rx <= ep->silence_ns) {
+            continue; /* it had something for us after all (or is gone) */
+        }
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "nothing heard for %.1f s (TW_TCP_TIMEOUT): hung, stopped or "
+                 "unreachable",
+                 (double)(now - c->last_rx) / 1e9);
+        tw_tcp_fail_peer(lane, p, TW_ERR_PEER_FAILED, msg);
+    }
+}
+
+static void tw_tcp_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    tw_tcp_lane_t *lane = arg;
+    tw_tcp_iface_t *tcp = lane->tcp;
+    uint64_t expirations, now = tw_time_ns();
+    bool grace;
+
+    (void)what;
+    if (read(fd, &expirations, sizeof(expirations)) < 0) {
+        /* EAGAIN: a spurious wake-up; the checks below are cheap anyway */
+    }
+    /* A lane that did not run for half the timeout (a stopped process, a
+     * starved thread) gives its peers a fresh start rather than blame. */
+    grace = tcp->cfg.timeout_ns > 0 && now - lane->last_tick > tcp->cfg.timeout_ns / 2;
+    lane->last_tick = now;
+    /* Closing one connection may close others (a failed peer's): look
+     * again from the start after each. */
+    for (tw_tcp_conn_t *c = lane->handshaking; c != NULL;) {
+        if (now <= c->hs_deadline) {
+            c = c->next;
+            continue;
+        }
+        {
+            tw_stats_inc(tcp->super.stats, TW_TL_STAT_REFUSED);
+            tw_warn("tcp", "handshake timed out (%s side)",
+                    c->initiator ? "connecting" : "accepting");
+            if (c->initiator && c->peer >= 0) {
+                tw_tcp_fail_peer(lane, c->peer, TW_ERR_PEER_FAILED, "handshake timed out");
+            } else {
+                tw_tcp_conn_close(c);
+            }
+        }
+        c = lane->handshaking;
+    }
+    if (tcp->cfg.timeout_ns > 0) {
+        tw_tcp_check_peers(lane, now, grace);
+    }
+}
+
+static int tw_tcp_lane_progress(void *arg)
+{
+    tw_tcp_lane_t *lane = arg;
+
+    lane->events = 0;
+    tw_tcp_flush_dirty(lane);
+    if (lane->nconns > 0 || tw_time_ns() - lane->last_loop >= TW_TCP_IDLE_LOOP) {
+        event_base_loop(lane->base, EVLOOP_NONBLOCK);
+        lane->last_loop = tw_time_ns();
+        tw_tcp_flush_dirty(lane);
+    }
+    return lane->events;
+}
+
+/* The context's engine: lane 0, and the other lanes when they have no
+ * thread of their own (manual progress). */
 static int tw_tcp_progress(tw_tl_iface_t *iface)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
-    uint64_t now;
+    int events = tw_tcp_lane_progress(&tcp->lanes[0]);
 
-    tcp->events = 0;
-    event_base_loop(tcp->base, EVLOOP_NONBLOCK);
-    now = tw_time_ns();
-    if (now >= tcp->next_check_ns) {
-        tcp->next_check_ns = now + 100ull * 1000 * 1000;
-        for (tw_tcp_conn_t *c = tcp->handshaking, *next; c != NULL; c = next) {
-            next = c->next;
-            if (now > c->hs_deadline) {
-                tw_stats_inc(tcp->super.stats, TW_TL_STAT_REFUSED);
-                tw_warn("tcp", "handshake timed out (%s side)",
-                        c->initiator ? "connecting" : "accepting");
-                if (c->initiator && c->peer >= 0) {
-                    tw_tcp_fail_peer(tcp, c->peer, TW_ERR_PEER_FAILED, "handshake timed out");
-                } else {
-                    tw_tcp_conn_close(c);
-                }
-            }
+    if (!tcp->threads) {
+        for (int k = 1; k < tcp->nlanes; k++) {
+            events += tw_pe_progress(tcp->lanes[k].pe);
         }
     }
-    return tcp->events;
+    return events;
 }
 
 /* Frames still queued to a live peer (finalize lets them out first). */
@@ -756,6 +1133,182 @@ static bool tw_tcp_queued(const tw_tcp_iface_t *tcp)
         }
     }
     return false;
+}
+
+/* ---- addresses --------------------------------------------------------------------- */
+
+static bool tw_tcp_if_listed(const char *list, const char *name)
+{
+    char buf[TW_CFG_STRLEN];
+    char *save = NULL;
+
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+        if (strcmp(t, name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Where to listen: TW_TCP_IF's interfaces, or loopback for a job on one
+ * node, or every non-loopback address. */
+static tw_status_t tw_tcp_pick_addrs(tw_tcp_iface_t *tcp, const tw_tl_params_t *params)
+{
+    const char *list = tcp->cfg.ifs;
+    bool local = list[0] == '\0' && params->local_size == params->size;
+    struct ifaddrs *ifs = NULL;
+    char seen[256] = "";
+
+    if (local) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&tcp->addrs[0].ss;
+        *in =
+            (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        tcp->addrs[0].len = sizeof(*in);
+        tcp->naddrs = 1;
+        return TW_OK;
+    }
+    if (getifaddrs(&ifs) != 0) {
+        tw_error("tcp", "getifaddrs failed: %m");
+        return TW_ERR_TRANSPORT;
+    }
+    for (struct ifaddrs *i = ifs; i != NULL && tcp->naddrs < TW_TCP_MAX_ADDRS; i = i->ifa_next) {
+        const struct sockaddr *sa = i->ifa_addr;
+        tw_tcp_addr_t *a = &tcp->addrs[tcp->naddrs];
+
+        if (sa == NULL || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) {
+            continue;
+        }
+        if (strlen(seen) + strlen(i->ifa_name) + 2 < sizeof(seen) &&
+            strstr(seen, i->ifa_name) == NULL) {
+            strcat(seen, seen[0] != '\0' ? "," : "");
+            strcat(seen, i->ifa_name);
+        }
+        if (!(i->ifa_flags & IFF_UP)) {
+            continue;
+        }
+        if (list[0] != '\0' ? !tw_tcp_if_listed(list, i->ifa_name)
+                            : (i->ifa_flags & IFF_LOOPBACK) != 0) {
+            continue;
+        }
+        if (sa->sa_family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr)) {
+            continue; /* needs a scope id the peers cannot use */
+        }
+        a->len =
+            sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+        memset(&a->ss, 0, sizeof(a->ss));
+        memcpy(&a->ss, sa, a->len);
+        tcp->naddrs++;
+    }
+    freeifaddrs(ifs);
+    if (tcp->naddrs == 0) {
+        tw_error("tcp",
+                 "no address to listen on: TW_TCP_IF='%s' matches no interface that is up "
+                 "with an IPv4 or global IPv6 address (interfaces here: %s)",
+                 list, seen);
+        return TW_ERR_TRANSPORT;
+    }
+    return TW_OK;
+}
+
+static tw_status_t tw_tcp_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p)
+{
+    tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
+    size_t entry = TW_TCP_ADDR_ENTRY + 2u * (size_t)tcp->nlanes;
+    size_t len = TW_TCP_ADDR_HDR + (size_t)tcp->naddrs * entry;
+    uint64_t ms = tcp->cfg.timeout_ns / 1000000u;
+    uint32_t magic = TW_TCP_MAGIC, ms32 = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    unsigned char *p = buf;
+
+    if (cap < len) {
+        return TW_ERR_INVALID;
+    }
+    memset(p, 0, len);
+    for (int i = 0; i < 4; i++) {
+        p[i] = (unsigned char)(magic >> (8 * i));
+        p[8 + i] = (unsigned char)(ms32 >> (8 * i));
+    }
+    p[4] = (unsigned char)tcp->nlanes;
+    p[5] = (unsigned char)tcp->naddrs;
+    p[6] = tcp->threads ? TW_TCP_FLAG_THREAD : 0;
+    for (int a = 0; a < tcp->naddrs; a++) {
+        unsigned char *e = p + TW_TCP_ADDR_HDR + (size_t)a * entry;
+        const struct sockaddr *sa = (const struct sockaddr *)&tcp->addrs[a].ss;
+        if (sa->sa_family == AF_INET) {
+            e[0] = 4;
+            memcpy(e + 4, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        } else {
+            e[0] = 6;
+            memcpy(e + 4, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        }
+        for (int k = 0; k < tcp->nlanes; k++) {
+            uint16_t port = htons(tcp->lanes[k].ports[a]);
+            memcpy(e + TW_TCP_ADDR_ENTRY + 2 * k, &port, 2);
+        }
+    }
+    *len_p = len;
+    return TW_OK;
+}
+
+static tw_status_t tw_tcp_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len)
+{
+    tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
+    const unsigned char *p = addr;
+    tw_tcp_ep_t *ep = &tcp->eps[peer];
+    uint32_t magic = 0, ms = 0;
+    unsigned nlanes, naddrs;
+    size_t entry;
+
+    if (len < TW_TCP_ADDR_HDR) {
+        tw_error("tcp", "rank %d published a %zu-byte tcp address", peer, len);
+        return TW_ERR_PROTOCOL;
+    }
+    for (int i = 0; i < 4; i++) {
+        magic |= (uint32_t)p[i] << (8 * i);
+        ms |= (uint32_t)p[8 + i] << (8 * i);
+    }
+    nlanes = p[4];
+    naddrs = p[5];
+    entry = TW_TCP_ADDR_ENTRY + 2u * nlanes;
+    if (magic != TW_TCP_MAGIC || nlanes == 0 || nlanes > TW_TCP_MAX_LANES || naddrs == 0 ||
+        naddrs > TW_TCP_MAX_ADDRS || len != TW_TCP_ADDR_HDR + naddrs * entry) {
+        tw_error("tcp", "rank %d published a malformed tcp address (%zu bytes)", peer, len);
+        return TW_ERR_PROTOCOL;
+    }
+    ep->naddrs = 0;
+    for (unsigned a = 0; a < naddrs; a++) {
+        const unsigned char *e = p + TW_TCP_ADDR_HDR + a * entry;
+        tw_tcp_addr_t *dst = &ep->addrs[ep->naddrs];
+        uint16_t port;
+
+        /* Its lane for us: our rank modulo its lane count. */
+        memcpy(&port, e + TW_TCP_ADDR_ENTRY + 2 * ((unsigned)tcp->super.rank % nlanes), 2);
+        if (port == 0 || (e[0] != 4 && e[0] != 6)) {
+            tw_error("tcp", "rank %d published a malformed tcp address entry", peer);
+            return TW_ERR_PROTOCOL;
+        }
+        memset(dst, 0, sizeof(*dst));
+        if (e[0] == 4) {
+            struct sockaddr_in *in = (struct sockaddr_in *)&dst->ss;
+            in->sin_family = AF_INET;
+            in->sin_port = port;
+            memcpy(&in->sin_addr, e + 4, 4);
+            dst->len = sizeof(*in);
+        } else {
+            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&dst->ss;
+            in6->sin6_family = AF_INET6;
+            in6->sin6_port = port;
+            memcpy(&in6->sin6_addr, e + 4, 16);
+            dst->len = sizeof(*in6);
+        }
+        ep->naddrs++;
+    }
+    if ((p[6] & TW_TCP_FLAG_THREAD) && ms > 0 && tcp->cfg.timeout_ns > 0) {
+        uint64_t theirs = (uint64_t)ms * 1000000u;
+        ep->silence_ns = theirs > tcp->cfg.timeout_ns ? theirs : tcp->cfg.timeout_ns;
+    }
+    return TW_OK;
 }
 
 /* ---- setup ----------------------------------------------------------------------- */
@@ -776,41 +1329,21 @@ static tw_status_t tw_tcp_query(char *why, size_t why_len)
 static bool tw_tcp_reachable(tw_tl_iface_t *iface, int peer)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
-    return peer != iface->rank && peer >= 0 && peer < iface->size && tcp->eps[peer].have_addr;
+    return peer != iface->rank && peer >= 0 && peer < iface->size && tcp->eps[peer].naddrs > 0;
 }
 
-static tw_status_t tw_tcp_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p)
+/* Every address is known: the lanes of our own engines may start. */
+static void tw_tcp_ready(tw_tl_iface_t *iface)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
-    tw_tcp_addr_t a = {.magic = TW_TCP_MAGIC, .port = tcp->port, .ipv4 = htonl(INADDR_LOOPBACK)};
 
-    if (cap < sizeof(a)) {
-        return TW_ERR_INVALID;
+    for (int k = 1; k < tcp->nlanes && tcp->threads; k++) {
+        if (tw_pe_start(tcp->lanes[k].pe) != TW_OK) {
+            /* Its commands still run: tw_tcp_progress drives it instead. */
+            tw_warn("tcp", "cannot start the thread of lane %d: lane 0's engine drives it", k);
+            tcp->threads = false;
+        }
     }
-    memcpy(buf, &a, sizeof(a));
-    *len_p = sizeof(a);
-    return TW_OK;
-}
-
-static tw_status_t tw_tcp_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len)
-{
-    tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
-    tw_tcp_addr_t a;
-
-    if (len != sizeof(a)) {
-        tw_error("tcp", "rank %d published a %zu-byte tcp address (want %zu)", peer, len,
-                 sizeof(a));
-        return TW_ERR_PROTOCOL;
-    }
-    memcpy(&a, addr, sizeof(a));
-    if (a.magic != TW_TCP_MAGIC || a.port == 0) {
-        tw_error("tcp", "rank %d published a malformed tcp address", peer);
-        return TW_ERR_PROTOCOL;
-    }
-    tcp->eps[peer].addr = (struct sockaddr_in){
-        .sin_family = AF_INET, .sin_port = htons(a.port), .sin_addr.s_addr = a.ipv4};
-    tcp->eps[peer].have_addr = true;
-    return TW_OK;
 }
 
 static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p);
@@ -819,13 +1352,12 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface);
 const tw_tl_ops_t tw_tcp_ops = {
     .name = "tcp",
     .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY,
-    .opt_in = true, /* until issue 4 is complete (docs/tcp-plan.md) */
     .query = tw_tcp_query,
     .iface_open = tw_tcp_iface_open,
     .iface_close = tw_tcp_iface_close,
     .addr_pack = tw_tcp_addr_pack,
     .addr_connect = tw_tcp_addr_connect,
-    .ready = tw_tl_noaddr_ready,
+    .ready = tw_tcp_ready,
     .reachable = tw_tcp_reachable,
     .am_short = tw_tcp_am_short,
     .am_zcopy = tw_tcp_am_zcopy,
@@ -837,6 +1369,93 @@ const tw_tl_ops_t tw_tcp_ops = {
     .poll = tw_tl_stub_progress,
 };
 
+static tw_status_t tw_tcp_listen(tw_tcp_lane_t *lane, int a)
+{
+    tw_tcp_iface_t *tcp = lane->tcp;
+    tw_tcp_addr_t bound = tcp->addrs[a];
+    int fd = socket(bound.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    char s[80];
+
+    lane->lis[a].fd = fd;
+    if (fd >= 0 && bound.ss.ss_family == AF_INET6) {
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    }
+    if (fd < 0 || bind(fd, (struct sockaddr *)&bound.ss, bound.len) != 0 || listen(fd, 128) != 0 ||
+        getsockname(fd, (struct sockaddr *)&bound.ss, &bound.len) != 0) {
+        tw_error("tcp", "cannot listen on %s: %m", tw_tcp_addr_str(&tcp->addrs[a], s, sizeof(s)));
+        return TW_ERR_TRANSPORT;
+    }
+    lane->ports[a] = ntohs(((struct sockaddr_in *)&bound.ss)->sin_port); /* same offset in v6 */
+    lane->lis[a].ev = event_new(lane->base, fd, EV_READ | EV_PERSIST, tw_tcp_on_accept, lane);
+    if (lane->lis[a].ev == NULL || event_add(lane->lis[a].ev, NULL) != 0 ||
+        tw_pe_watch(lane->pe, fd) != TW_OK) {
+        return TW_ERR_TRANSPORT;
+    }
+    tw_debug("tcp", "lane %d listening on %s", lane->index, tw_tcp_addr_str(&bound, s, sizeof(s)));
+    return TW_OK;
+}
+
+static tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_params_t *params)
+{
+    tw_tcp_lane_t *lane = &tcp->lanes[k];
+    struct itimerspec its = {0};
+    tw_status_t st;
+
+    lane->tcp = tcp;
+    lane->index = k;
+    lane->timer_fd = -1;
+    for (int a = 0; a < TW_TCP_MAX_ADDRS; a++) {
+        lane->lis[a].fd = -1;
+    }
+    lane->pe = params->pe;
+    if (k > 0) {
+        tw_pe_params_t p = *params->pe_params;
+        char name[32];
+        int npkg = tw_topo_num_packages();
+        snprintf(name, sizeof(name), "tcp%d", k);
+        p.name = name;
+        p.bind_package = p.thread ? k % npkg : -1;
+        st = tw_pe_create(&p, &lane->pe);
+        if (st != TW_OK) {
+            lane->pe = NULL;
+            return st;
+        }
+        lane->own_pe = true;
+        st = tw_pe_add(lane->pe, tw_tcp_lane_progress, lane, -1);
+        if (st != TW_OK) {
+            return st;
+        }
+    }
+    lane->base = event_base_new();
+    if (lane->base == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    for (int a = 0; a < tcp->naddrs; a++) {
+        st = tw_tcp_listen(lane, a);
+        if (st != TW_OK) {
+            return st;
+        }
+    }
+    /* The tick: handshake deadlines, PINGs, silent peers. */
+    lane->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    its.it_interval.tv_sec = (time_t)(tcp->tick_ns / 1000000000u);
+    its.it_interval.tv_nsec = (long)(tcp->tick_ns % 1000000000u);
+    its.it_value = its.it_interval;
+    lane->last_tick = tw_time_ns();
+    if (lane->timer_fd < 0 || timerfd_settime(lane->timer_fd, 0, &its, NULL) != 0) {
+        tw_error("tcp", "cannot make a timer: %m");
+        return TW_ERR_TRANSPORT;
+    }
+    lane->ev_timer =
+        event_new(lane->base, lane->timer_fd, EV_READ | EV_PERSIST, tw_tcp_on_tick, lane);
+    if (lane->ev_timer == NULL || event_add(lane->ev_timer, NULL) != 0 ||
+        tw_pe_watch(lane->pe, lane->timer_fd) != TW_OK) {
+        return TW_ERR_TRANSPORT;
+    }
+    return TW_OK;
+}
+
 static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
 {
     const tw_tl_attr_t attr = {
@@ -844,8 +1463,6 @@ static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t
         .max_hdr = TW_TCP_MAX_HDR,
         .max_zcopy = TW_TCP_MAX_LEN,
     };
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
     tw_tcp_iface_t *tcp;
     tw_status_t st;
 
@@ -854,39 +1471,50 @@ static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t
     if (tcp == NULL) {
         return TW_ERR_NOMEM;
     }
-    tcp->listen_fd = -1;
     st = tw_tl_iface_init(&tcp->super, &tw_tcp_ops, params, &attr);
     if (st != TW_OK) {
         tw_free(tcp, sizeof(*tcp));
         return st;
+    }
+    tw_cfg_set_defaults(&tw_tcp_cfg_table, &tcp->cfg);
+    if (tw_cfg_apply_env(&tw_tcp_cfg_table, &tcp->cfg) != TW_OK) {
+        st = TW_ERR_INVALID;
+        goto err;
     }
     if (tw_tcp_key_parse(params->job_key, tcp->key) != TW_OK) {
         tw_error("tcp", "no job key: the TCP transport needs twrun's TW_JOB_KEY");
         st = TW_ERR_INVALID;
         goto err;
     }
+    tcp->threads = tw_pe_has_thread(params->pe);
+    tcp->nlanes = tcp->cfg.threads;
+    if (tcp->nlanes <= 0) {
+        tcp->nlanes = tcp->threads ? tw_topo_num_packages() : 1;
+    }
+    if (tcp->nlanes > TW_TCP_MAX_LANES) {
+        tcp->nlanes = TW_TCP_MAX_LANES;
+    }
+    /* The tick: an eighth of the timeout, between 10 ms and 250 ms. */
+    tcp->tick_ns = tcp->cfg.timeout_ns / 8;
+    if (tcp->tick_ns < 10000000u || tcp->tick_ns > 250000000u) {
+        tcp->tick_ns = tcp->tick_ns < 10000000u && tcp->cfg.timeout_ns > 0 ? 10000000u : 250000000u;
+    }
+    st = tw_tcp_pick_addrs(tcp, params);
+    if (st != TW_OK) {
+        goto err;
+    }
     tcp->eps = tw_calloc((size_t)params->size, sizeof(*tcp->eps));
     tcp->down = tw_calloc((size_t)params->size, sizeof(*tcp->down));
-    tcp->base = event_base_new();
-    if (tcp->eps == NULL || tcp->down == NULL || tcp->base == NULL) {
+    tcp->lanes = tw_calloc((size_t)tcp->nlanes, sizeof(*tcp->lanes));
+    if (tcp->eps == NULL || tcp->down == NULL || tcp->lanes == NULL) {
         st = TW_ERR_NOMEM;
         goto err;
     }
-    tcp->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (tcp->listen_fd < 0 || bind(tcp->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        listen(tcp->listen_fd, 128) != 0 ||
-        getsockname(tcp->listen_fd, (struct sockaddr *)&sa, &sl) != 0) {
-        tw_error("tcp", "cannot listen on 127.0.0.1: %m");
-        st = TW_ERR_TRANSPORT;
-        goto err;
-    }
-    tcp->port = ntohs(sa.sin_port);
-    tcp->ev_accept =
-        event_new(tcp->base, tcp->listen_fd, EV_READ | EV_PERSIST, tw_tcp_on_accept, tcp);
-    if (tcp->ev_accept == NULL || event_add(tcp->ev_accept, NULL) != 0 ||
-        tw_pe_watch(params->pe, tcp->listen_fd) != TW_OK) {
-        st = TW_ERR_TRANSPORT;
-        goto err;
+    for (int k = 0; k < tcp->nlanes; k++) {
+        st = tw_tcp_lane_open(tcp, k, params);
+        if (st != TW_OK) {
+            goto err;
+        }
     }
     *iface_p = &tcp->super;
     return TW_OK;
@@ -896,33 +1524,86 @@ err:
     return st;
 }
 
+static void tw_tcp_lane_close(tw_tcp_lane_t *lane)
+{
+    tw_tcp_iface_t *tcp = lane->tcp;
+
+    if (tcp == NULL) {
+        return; /* never opened */
+    }
+    while (lane->handshaking != NULL) {
+        tw_tcp_conn_t *c = lane->handshaking;
+        c->peer = -1;
+        tw_tcp_conn_close(c);
+    }
+    for (int a = 0; a < TW_TCP_MAX_ADDRS; a++) {
+        if (lane->lis[a].ev != NULL) {
+            event_free(lane->lis[a].ev);
+        }
+        if (lane->lis[a].fd >= 0) {
+            if (lane->pe != NULL) {
+                tw_pe_unwatch(lane->pe, lane->lis[a].fd);
+            }
+            close(lane->lis[a].fd);
+        }
+    }
+    if (lane->ev_timer != NULL) {
+        event_free(lane->ev_timer);
+    }
+    if (lane->timer_fd >= 0) {
+        if (lane->pe != NULL) {
+            tw_pe_unwatch(lane->pe, lane->timer_fd);
+        }
+        close(lane->timer_fd);
+    }
+    if (lane->base != NULL) {
+        event_base_free(lane->base);
+    }
+}
+
 static void tw_tcp_iface_close(tw_tl_iface_t *iface)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
 
-    if (tcp->eps != NULL && tcp->base != NULL) {
-        /* What was sent before finalize still goes out (connections may
-         * still be in their handshake): up to TW_TCP_HS_TIMEOUT. */
+    /* The caller drives every lane from here on. */
+    for (int k = 1; tcp->lanes != NULL && k < tcp->nlanes; k++) {
+        tw_pe_stop(tcp->lanes[k].pe);
+    }
+    if (tcp->eps != NULL && tcp->lanes != NULL && tcp->lanes[tcp->nlanes - 1].base != NULL) {
+        /* Clean close: what was sent before finalize still goes out,
+         * then a FIN, so the peers do not report a failure (connections
+         * may still be in their handshake): up to TW_TCP_HS_TIMEOUT. */
         uint64_t until = tw_time_ns() + TW_TCP_HS_TIMEOUT;
+        for (int r = 0; r < iface->size; r++) {
+            tw_tcp_ep_t *ep = &tcp->eps[r];
+            if (!ep->failed && (ep->conn != NULL || ep->pending != NULL || ep->accepting != NULL)) {
+                tw_tcp_enqueue_ctl(tw_tcp_lane_of(tcp, r), r, TW_TCP_FRAME_FIN);
+            }
+        }
         while (tw_tcp_queued(tcp) && tw_time_ns() < until) {
-            (void)tw_tcp_progress(iface);
+            (void)tw_tcp_lane_progress(&tcp->lanes[0]);
+            for (int k = 1; k < tcp->nlanes; k++) {
+                (void)tw_pe_progress(tcp->lanes[k].pe);
+            }
             usleep(50);
         }
     }
-    if (tcp->eps != NULL) {
+    tcp->closing = true; /* late commands: TW_ERR_CANCELED */
+    for (int k = 1; tcp->lanes != NULL && k < tcp->nlanes; k++) {
+        tw_pe_destroy(tcp->lanes[k].pe);
+        tcp->lanes[k].pe = NULL;
+    }
+    if (tcp->eps != NULL && tcp->lanes != NULL) {
         for (int r = 0; r < iface->size; r++) {
             tw_tcp_ep_t *ep = &tcp->eps[r];
             if (ep->conn != NULL) {
-                /* Clean close: the peer must not report a failure. */
-                tw_tcp_frame_t fin = {.type = TW_TCP_FRAME_FIN};
-                uint8_t buf[TW_TCP_FRAME_LEN];
-                tw_tcp_flush(tcp, ep);
-                tw_tcp_frame_pack(&fin, buf);
-                (void)tw_tcp_send_small(ep->conn, buf, sizeof(buf));
                 tw_tcp_conn_close(ep->conn);
             }
             if (ep->pending != NULL) {
                 tw_tcp_conn_close(ep->pending);
+            }
+            if (ep->accepting != NULL) {
+                tw_tcp_conn_close(ep->accepting);
             }
             while (ep->head != NULL) {
                 tw_tcp_frame_out_t *f = ep->head;
@@ -930,25 +1611,18 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
                 tw_tcp_frame_done(f, TW_ERR_CANCELED);
             }
         }
+    }
+    if (tcp->eps != NULL) {
         tw_free(tcp->eps, (size_t)iface->size * sizeof(*tcp->eps));
     }
-    while (tcp->handshaking != NULL) {
-        tw_tcp_conn_t *c = tcp->handshaking;
-        c->peer = -1;
-        tw_tcp_conn_close(c);
+    if (tcp->lanes != NULL) {
+        for (int k = 0; k < tcp->nlanes; k++) {
+            tw_tcp_lane_close(&tcp->lanes[k]);
+        }
+        tw_free(tcp->lanes, (size_t)tcp->nlanes * sizeof(*tcp->lanes));
     }
     if (tcp->down != NULL) {
         tw_free(tcp->down, (size_t)iface->size * sizeof(*tcp->down));
-    }
-    if (tcp->ev_accept != NULL) {
-        event_free(tcp->ev_accept);
-    }
-    if (tcp->listen_fd >= 0) {
-        tw_pe_unwatch(iface->pe, tcp->listen_fd);
-        close(tcp->listen_fd);
-    }
-    if (tcp->base != NULL) {
-        event_base_free(tcp->base);
     }
     tw_tl_iface_cleanup(iface);
     tw_free(tcp, sizeof(*tcp));
@@ -958,8 +1632,8 @@ uint16_t tw_tcp_test_peer_port(tw_tl_iface_t *iface, int peer)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
 
-    if (peer < 0 || peer >= iface->size || !tcp->eps[peer].have_addr) {
+    if (peer < 0 || peer >= iface->size || tcp->eps[peer].naddrs == 0) {
         return 0;
     }
-    return ntohs(tcp->eps[peer].addr.sin_port);
+    return ntohs(((struct sockaddr_in *)&tcp->eps[peer].addrs[0].ss)->sin_port);
 }

@@ -6,7 +6,11 @@
 
 #include <stdint.h>
 
+#include "core/tw_config.h"
 #include "transports/base/tw_tl.h"
+
+/** TW_TCP_* variables (tw_info lists them). */
+extern const tw_cfg_table_t tw_tcp_cfg_table;
 
 /** Test hook: the port @p peer listens on (as it published it), or 0. */
 uint16_t tw_tcp_test_peer_port(tw_tl_iface_t *iface, int peer);

@@ -150,7 +150,7 @@ tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, ui
     if (p[0] != TW_TCP_VERSION) {
         return tw_tcp_bad(why, "unsupported frame version");
     }
-    if (p[1] != TW_TCP_FRAME_AM && p[1] != TW_TCP_FRAME_FIN) {
+    if (p[1] != TW_TCP_FRAME_AM && p[1] != TW_TCP_FRAME_FIN && p[1] != TW_TCP_FRAME_PING) {
         return tw_tcp_bad(why, "unknown frame type");
     }
     if (p[3] != 0) {
@@ -167,8 +167,9 @@ tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, ui
     if (f->len > max_len) {
         return tw_tcp_bad(why, "payload length above the limit");
     }
-    if (f->type == TW_TCP_FRAME_FIN && (f->hdr_len != 0 || f->len != 0 || f->am_id != 0)) {
-        return tw_tcp_bad(why, "FIN carries bytes");
+    if (f->type != TW_TCP_FRAME_AM && (f->hdr_len != 0 || f->len != 0 || f->am_id != 0)) {
+        return tw_tcp_bad(why,
+                          f->type == TW_TCP_FRAME_FIN ? "FIN carries bytes" : "PING carries bytes");
     }
     *out = *f; /* only on success */
     return TW_OK;

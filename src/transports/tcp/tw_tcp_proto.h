@@ -19,7 +19,8 @@
  *
  * Frame header (16 bytes), then hdr_len header bytes, then len payload:
  *   version u8 | type u8 | am_id u8 | flags u8 | hdr_len u32 | len u64
- * Types: AM (an active message), FIN (clean close: no failure report).
+ * Types: AM (an active message), FIN (clean close: no failure report),
+ * PING (keepalive on an idle connection; carries nothing).
  */
 #ifndef TW_TCP_PROTO_H
 #define TW_TCP_PROTO_H
@@ -35,7 +36,7 @@
 #define TW_TCP_FRAME_LEN 16u
 
 enum { TW_TCP_HS_HELLO = 1, TW_TCP_HS_WELCOME = 2, TW_TCP_HS_PROVE = 3 };
-enum { TW_TCP_FRAME_AM = 1, TW_TCP_FRAME_FIN = 2 };
+enum { TW_TCP_FRAME_AM = 1, TW_TCP_FRAME_FIN = 2, TW_TCP_FRAME_PING = 3 };
 
 typedef struct tw_tcp_hs {
     uint8_t type; /* TW_TCP_HS_* */
@@ -76,7 +77,7 @@ void tw_tcp_frame_pack(const tw_tcp_frame_t *f, uint8_t buf[TW_TCP_FRAME_LEN]);
 
 /** Parse a frame header from @p len bytes. TW_ERR_AGAIN: not all 16 bytes
  * yet; TW_ERR_PROTOCOL: bad version, type or flags, hdr_len above
- * @p max_hdr, len above @p max_len, or a FIN that carries bytes. */
+ * @p max_hdr, len above @p max_len, or a FIN or PING that carries bytes. */
 tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, uint64_t max_len,
                                tw_tcp_frame_t *f, const char **why);
 

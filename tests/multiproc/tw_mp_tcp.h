@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/* What the TCP multi-process tests reach inside a context. */
+#ifndef TW_MP_TCP_H
+#define TW_MP_TCP_H
+
+#include <string.h>
+
+#include "runtime/tw_context_int.h"
+#include "threadwire/threadwire.h"
+
+/* The context's tcp iface, or NULL. */
+static inline tw_tl_iface_t *tw_mp_tcp_iface(tw_context_t *ctx)
+{
+    tw_ctx_impl_t *impl = ctx->impl;
+    for (unsigned i = 0; i < impl->ntl; i++) {
+        if (strcmp(impl->ifaces[i]->ops->name, "tcp") == 0) {
+            return impl->ifaces[i];
+        }
+    }
+    return NULL;
+}
+
+#endif /* TW_MP_TCP_H */
