@@ -21,12 +21,22 @@
  * which keeps an unused transport (shm carries node-local traffic) out of
  * the other transports' latency.
  *
- * Sends. Worker threads never touch a socket: a send becomes a frame
- * handed to the owning lane's engine (tw_tl_submit), appended to the
- * peer's queue, and the peer is marked dirty. The lane writes dirty queues
- * once per progress pass, with one writev for many frames (partial writes
- * resume at their offset), so a burst of small messages costs one syscall,
- * not one each. TCP_NODELAY.
+ * Sends. A send becomes a frame appended to the peer's queue, which the
+ * lane writes with one writev for many frames (partial writes resume at
+ * their offset), so a burst of small messages costs one syscall, not one
+ * each. TCP_NODELAY. Who appends: when the lane's engine is free (its
+ * lock), the peer is connected and no earlier frame waits in the
+ * submission lanes, the sending thread itself -- and a lone message is
+ * written at once, while one that follows another within TW_TCP_BURST
+ * marks the peer dirty for the next pass. Otherwise the frame goes to the
+ * engine through its submission lane (tw_tl_submit) and the engine
+ * appends it; dirty queues are written once per pass.
+ *
+ * Worker polling. tw_progress and tw_cq_wait poll the lanes whose engine
+ * is idle (ops->poll), as over shm: they read and deliver tagged frames
+ * themselves. Frames for user AM handlers stay in the buffer for the
+ * engine, and a failure found there is reported (peer_down) by the engine:
+ * user code runs on progress threads only.
  *
  * Connections are made lazily, on the first frame to a peer:
  *   CLOSED -> CONNECTING (non-blocking connect) -> CONNECT_ACK (HELLO
@@ -99,14 +109,20 @@
 #include "transports/tcp/tw_tcp.h"
 #include "transports/tcp/tw_tcp_proto.h"
 
-#define TW_TCP_MAX_SHORT   (64u * 1024u)
-#define TW_TCP_MAX_HDR     (TW_AM_HDR_MAX + 256u)
-#define TW_TCP_MAX_LEN     (1ull << 30)
-#define TW_TCP_HS_TIMEOUT  (2ull * 1000 * 1000 * 1000)
-#define TW_TCP_IOV         128
-#define TW_TCP_MAX_ADDRS   8
-#define TW_TCP_MAX_LANES   16
-#define TW_TCP_IDLE_LOOP   (1000ull * 1000) /* a lane without connections: 1 ms */
+#define TW_TCP_MAX_SHORT  (64u * 1024u)
+#define TW_TCP_MAX_HDR    (TW_AM_HDR_MAX + 256u)
+#define TW_TCP_MAX_LEN    (1ull << 30)
+#define TW_TCP_HS_TIMEOUT (2ull * 1000 * 1000 * 1000)
+#define TW_TCP_IOV        128
+#define TW_TCP_MAX_ADDRS  8
+#define TW_TCP_MAX_LANES  16
+#define TW_TCP_IDLE_LOOP  (1000ull * 1000) /* a lane without connections: 1 ms */
+/* A worker's send within this long of the previous write to the peer is
+ * part of a burst: it is queued for the next pass's writev (the sender's
+ * own tw_cq_wait / tw_progress, or the engine) instead of a syscall of its
+ * own. Longer than one tw_send, shorter than a TCP round trip, so a
+ * ping-pong writes every message at once. */
+#define TW_TCP_BURST       (2000ull)
 #define TW_TCP_ADDR_HDR    12u
 #define TW_TCP_ADDR_ENTRY  20u
 #define TW_TCP_FLAG_THREAD 0x01u /* blob flag: the rank runs progress threads */
@@ -209,7 +225,10 @@ typedef struct tw_tcp_ep {
     int naddrs;
     uint64_t silence_ns; /* fail it after this much silence; 0 = never */
     bool failed;
-    bool left; /* FIN received */
+    bool left;    /* FIN received */
+    bool reparse; /* c->in holds a frame a worker could not deliver */
+    int down_why; /* the peer_down to report (TW_OK or an error), when on downs */
+    struct tw_tcp_ep *next_down;
 } tw_tcp_ep_t;
 
 typedef struct tw_tcp_listener {
@@ -233,6 +252,13 @@ struct tw_tcp_lane {
     unsigned nconns; /* open connections (any state) */
     uint64_t last_loop;
     int events; /* callbacks that did work in this pass (progress returns it) */
+    /* A worker thread runs the lane (it holds the engine's lock: direct
+     * send, tw_progress / tw_cq_wait polling): it delivers tagged frames
+     * only, and leaves user AM handlers and peer_down to the engine. */
+    bool in_worker;
+    unsigned nreparse;      /* eps with reparse set */
+    tw_tcp_ep_t *downs;     /* eps with a peer_down to report */
+    _Atomic(unsigned) cmds; /* frames submitted to the engine, not yet queued */
 };
 
 struct tw_tcp_iface {
@@ -246,6 +272,7 @@ struct tw_tcp_iface {
     int naddrs;
     tw_tcp_addr_t addrs[TW_TCP_MAX_ADDRS]; /* where we listen (port 0) */
     uint64_t tick_ns;
+    uint64_t inline_ids;    /* am ids a worker may deliver (no user code) */
     tw_tcp_ep_t *eps;       /* [size]; eps[p] is owned by lane p % nlanes */
     _Atomic(uint8_t) *down; /* [size]: failed or left (any thread reads) */
 };
@@ -631,6 +658,16 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
             }
             break;
         }
+        if (lane->in_worker && (f.am_id >= 64 || !(tcp->inline_ids & (1ull << f.am_id)))) {
+            /* User code runs on the engine: it parses from here on. */
+            tw_tcp_ep_t *ep = &tcp->eps[c->peer];
+            if (!ep->reparse) {
+                ep->reparse = true;
+                lane->nreparse++;
+                tw_pe_wake(lane->pe);
+            }
+            break;
+        }
         tw_stats_inc(tcp->super.stats, TW_TL_STAT_RX_MSGS);
         tw_stats_add(tcp->super.stats, TW_TL_STAT_RX_BYTES, f.len);
         lane->events++;
@@ -650,6 +687,11 @@ static bool tw_tcp_read(tw_tcp_conn_t *c)
     tw_tcp_iface_t *tcp = lane->tcp;
 
     for (;;) {
+        if (c->in_len == c->in_cap && c->in_cap > 0) {
+            /* Full of frames a worker left for the engine (complete frames
+             * are otherwise consumed): the engine reads on. */
+            return true;
+        }
         if (c->in_cap - c->in_len < 4096 && c->in_cap < (1u << 20)) {
             size_t cap = c->in_cap == 0 ? 65536 : c->in_cap * 2;
             unsigned char *n = tw_malloc(cap);
@@ -688,6 +730,9 @@ static bool tw_tcp_read(tw_tcp_conn_t *c)
             }
             if (c->state != TW_TCP_CONNECTED) {
                 continue; /* more handshake bytes to come */
+            }
+            if (lane->in_worker && tcp->eps[c->peer].reparse) {
+                continue; /* the engine parses in order from the held frame */
             }
             if (!tw_tcp_parse_frames(c)) {
                 tw_tcp_fail_peer(lane, c->peer, TW_ERR_PEER_FAILED, "bad frame");
@@ -876,8 +921,42 @@ static void tw_tcp_enqueue(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f)
 /* Submission command: a worker's frame reaches the lane's engine. */
 static void tw_tcp_enqueue_cmd(void *arg, void *data, uint64_t u64)
 {
+    tw_tcp_lane_t *lane = arg;
+
     (void)u64;
-    tw_tcp_enqueue(arg, data);
+    atomic_fetch_sub_explicit(&lane->cmds, 1, memory_order_relaxed);
+    tw_tcp_enqueue(lane, data);
+}
+
+/* A worker writes its frame itself when the lane's engine is free, the
+ * peer is connected, and no earlier frame waits in the submission lanes
+ * (so nothing is overtaken). */
+typedef struct tw_tcp_direct {
+    tw_tcp_lane_t *lane;
+    tw_tcp_frame_out_t *f;
+    bool done;
+} tw_tcp_direct_t;
+
+static int tw_tcp_direct_fn(void *arg)
+{
+    tw_tcp_direct_t *d = arg;
+    tw_tcp_lane_t *lane = d->lane;
+    tw_tcp_ep_t *ep = &lane->tcp->eps[d->f->peer];
+
+    if (atomic_load_explicit(&lane->cmds, memory_order_relaxed) != 0 || ep->conn == NULL ||
+        ep->failed || lane->tcp->closing) {
+        return 0;
+    }
+    lane->in_worker = true;
+    tw_tcp_enqueue(lane, d->f);
+    if (ep->conn != NULL && ep->queued == 1 && tw_time_ns() - ep->conn->last_tx >= TW_TCP_BURST) {
+        tw_tcp_flush(lane, ep); /* a lone message: out now */
+    } else if (lane->tcp->threads) {
+        tw_pe_wake(lane->pe); /* part of a burst: the next pass writes them together */
+    }
+    lane->in_worker = false;
+    d->done = true;
+    return 1;
 }
 
 /* A frame that carries nothing but its type (FIN, PING). */
@@ -942,7 +1021,22 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
         memcpy(f->bytes + TW_TCP_FRAME_LEN + hdr_len, data, len);
     }
     lane = tw_tcp_lane_of(tcp, peer);
-    return tw_tl_submit(&tcp->super, lane->pe, tw_tcp_enqueue_cmd, lane, f, alloc_len, len);
+    if (atomic_load_explicit(&lane->cmds, memory_order_relaxed) == 0) {
+        tw_tcp_direct_t d = {.lane = lane, .f = f};
+        (void)tw_pe_try_call(lane->pe, tw_tcp_direct_fn, &d);
+        if (d.done) {
+            tw_stats_inc(tcp->super.stats, TW_TL_STAT_TX_MSGS);
+            tw_stats_add(tcp->super.stats, TW_TL_STAT_TX_BYTES, len);
+            return TW_OK;
+        }
+    }
+    atomic_fetch_add_explicit(&lane->cmds, 1, memory_order_relaxed);
+    tw_status_t st =
+        tw_tl_submit(&tcp->super, lane->pe, tw_tcp_enqueue_cmd, lane, f, alloc_len, len);
+    if (st != TW_OK) {
+        atomic_fetch_sub_explicit(&lane->cmds, 1, memory_order_relaxed);
+    }
+    return st;
 }
 
 static tw_status_t tw_tcp_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
@@ -997,8 +1091,46 @@ static void tw_tcp_fail_peer(tw_tcp_lane_t *lane, int peer, tw_status_t why, con
     }
     ep->tail = NULL;
     ep->queued = 0;
-    if (tcp->super.peer_down != NULL) {
+    if (ep->reparse) {
+        ep->reparse = false;
+        lane->nreparse--;
+    }
+    if (lane->in_worker) {
+        ep->down_why = (int)why; /* reported by the engine (user code) */
+        ep->next_down = lane->downs;
+        lane->downs = ep;
+        tw_pe_wake(lane->pe);
+    } else if (tcp->super.peer_down != NULL) {
         tcp->super.peer_down(tcp->super.peer_down_arg, peer, why);
+    }
+}
+
+/* Engine side: what workers left for it -- frames held for user code,
+ * failures to report. */
+static void tw_tcp_worker_leftovers(tw_tcp_lane_t *lane)
+{
+    tw_tcp_iface_t *tcp = lane->tcp;
+
+    while (lane->downs != NULL) {
+        tw_tcp_ep_t *ep = lane->downs;
+        lane->downs = ep->next_down;
+        if (tcp->super.peer_down != NULL) {
+            tcp->super.peer_down(tcp->super.peer_down_arg, (int)(ep - tcp->eps),
+                                 (tw_status_t)ep->down_why);
+        }
+    }
+    for (int p = lane->index; lane->nreparse > 0 && p < tcp->super.size; p += tcp->nlanes) {
+        tw_tcp_ep_t *ep = &tcp->eps[p];
+        if (!ep->reparse) {
+            continue;
+        }
+        ep->reparse = false;
+        lane->nreparse--;
+        if (ep->conn != NULL && (!tw_tcp_parse_frames(ep->conn) || !tw_tcp_read(ep->conn))) {
+            if (ep->conn != NULL) {
+                tw_tcp_fail_peer(lane, p, TW_ERR_PEER_FAILED, "bad frame");
+            }
+        }
     }
 }
 
@@ -1100,6 +1232,9 @@ static int tw_tcp_lane_progress(void *arg)
     tw_tcp_lane_t *lane = arg;
 
     lane->events = 0;
+    if (!lane->in_worker && (lane->downs != NULL || lane->nreparse > 0)) {
+        tw_tcp_worker_leftovers(lane);
+    }
     tw_tcp_flush_dirty(lane);
     if (lane->nconns > 0 || tw_time_ns() - lane->last_loop >= TW_TCP_IDLE_LOOP) {
         event_base_loop(lane->base, EVLOOP_NONBLOCK);
@@ -1107,6 +1242,34 @@ static int tw_tcp_lane_progress(void *arg)
         tw_tcp_flush_dirty(lane);
     }
     return lane->events;
+}
+
+/* A worker polls a lane (it holds the lane engine's lock). */
+static int tw_tcp_lane_poll(void *arg)
+{
+    tw_tcp_lane_t *lane = arg;
+    int events;
+
+    if (lane->nconns == 0 && lane->dirty == NULL) {
+        return 0;
+    }
+    lane->in_worker = true;
+    events = tw_tcp_lane_progress(lane);
+    lane->in_worker = false;
+    return events;
+}
+
+/* tw_progress / tw_cq_wait with progress threads: the caller holds lane
+ * 0's engine (the context's); the other lanes are tried. */
+static int tw_tcp_poll(tw_tl_iface_t *iface)
+{
+    tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
+    int events = tw_tcp_lane_poll(&tcp->lanes[0]);
+
+    for (int k = 1; k < tcp->nlanes; k++) {
+        events += tw_pe_try_call(tcp->lanes[k].pe, tw_tcp_lane_poll, &tcp->lanes[k]);
+    }
+    return events;
 }
 
 /* The context's engine: lane 0, and the other lanes when they have no
@@ -1366,7 +1529,7 @@ const tw_tl_ops_t tw_tcp_ops = {
     .flush = tw_tl_stub_flush,
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tcp_progress,
-    .poll = tw_tl_stub_progress,
+    .poll = tw_tcp_poll,
 };
 
 static tw_status_t tw_tcp_listen(tw_tcp_lane_t *lane, int a)
@@ -1423,6 +1586,9 @@ static tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_para
         }
         lane->own_pe = true;
         st = tw_pe_add(lane->pe, tw_tcp_lane_progress, lane, -1);
+        if (st == TW_OK) {
+            st = tw_pe_workers_poll(lane->pe); /* tw_cq_wait polls it too */
+        }
         if (st != TW_OK) {
             return st;
         }
@@ -1487,6 +1653,7 @@ static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t
         goto err;
     }
     tcp->threads = tw_pe_has_thread(params->pe);
+    tcp->inline_ids = params->inline_am_ids;
     tcp->nlanes = tcp->cfg.threads;
     if (tcp->nlanes <= 0) {
         tcp->nlanes = tcp->threads ? tw_topo_num_packages() : 1;
