@@ -601,6 +601,18 @@ tw_status_t tw_pe_watch(tw_pe_t *pe, int fd)
     return TW_OK;
 }
 
+tw_status_t tw_pe_watch_out(tw_pe_t *pe, int fd, bool on)
+{
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0u), .data.u64 = TW_PE_WATCH_TAG};
+
+    if (epoll_ctl(pe->epoll_fd, EPOLL_CTL_MOD, fd, &ev) != 0) {
+        tw_error("progress", "epoll_ctl(watch fd %d for writing) for progress engine %s failed: %m",
+                 fd, pe->name);
+        return TW_ERR_TRANSPORT;
+    }
+    return TW_OK;
+}
+
 void tw_pe_unwatch(tw_pe_t *pe, int fd)
 {
     (void)epoll_ctl(pe->epoll_fd, EPOLL_CTL_DEL, fd, NULL);

@@ -72,6 +72,9 @@ tw_status_t tw_pe_add(tw_pe_t *pe, tw_pe_fn_t fn, void *arg, int fd);
  * without a function of its own: the progress functions look at it (see
  * tw_pe_wakeups). Thread: any. */
 tw_status_t tw_pe_watch(tw_pe_t *pe, int fd);
+/** Also wake it when watched @p fd turns writable (@p on), or no longer
+ * (a socket whose queued bytes all went out). Thread: any. */
+tw_status_t tw_pe_watch_out(tw_pe_t *pe, int fd, bool on);
 /** Stop watching @p fd (e.g. a pidfd that stays readable). Thread: any. */
 void tw_pe_unwatch(tw_pe_t *pe, int fd);
 

@@ -207,6 +207,7 @@ typedef struct tw_tcp_conn {
     uint8_t hs_off, hs_len; /* handshake bytes still to write */
     uint64_t hs_deadline;
     uint64_t last_rx, last_tx;
+    bool want_out; /* waiting for room in the socket (EV_WRITE, engine epoll) */
     struct event *ev_read, *ev_write;
     unsigned char *in; /* receive buffer */
     size_t in_len, in_cap;
@@ -417,6 +418,19 @@ static void tw_tcp_conn_close(tw_tcp_conn_t *c)
     tw_free(c, sizeof(*c));
 }
 
+/* Wait for room in the socket (@p on), or stop: both libevent's EV_WRITE
+ * and the engine's epoll, so a sleeping engine wakes for it. */
+static void tw_tcp_want_out(tw_tcp_conn_t *c, bool on)
+{
+    if (on) {
+        event_add(c->ev_write, NULL);
+    }
+    if (c->want_out != on && c->lane->pe != NULL) {
+        c->want_out = on;
+        (void)tw_pe_watch_out(c->lane->pe, c->fd, on);
+    }
+}
+
 /* Write what is left of the handshake message. False: the socket failed
  * (errno says why); otherwise EV_WRITE finishes a partial write. */
 static bool tw_tcp_hs_write(tw_tcp_conn_t *c)
@@ -431,10 +445,13 @@ static bool tw_tcp_hs_write(tw_tcp_conn_t *c)
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            event_add(c->ev_write, NULL);
+            tw_tcp_want_out(c, true);
             return true;
         }
         return false;
+    }
+    if (c->want_out && c->state != TW_TCP_CONNECTED) {
+        tw_tcp_want_out(c, false); /* now we wait for the answer */
     }
     return true;
 }
@@ -804,7 +821,7 @@ static void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
                 continue;
             }
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                event_add(c->ev_write, NULL);
+                tw_tcp_want_out(c, true);
                 return;
             }
             tw_tcp_conn_broken(c, errno);
@@ -829,6 +846,9 @@ static void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
             }
             tw_tcp_frame_done(f, TW_OK);
         }
+    }
+    if (c->want_out) {
+        tw_tcp_want_out(c, false); /* all out */
     }
 }
 
