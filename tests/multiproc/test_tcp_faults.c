@@ -19,7 +19,7 @@
  * Rank 0 streams 32 KiB checksummed messages with a window of 8 and
  * injects the fault after 200 of them. Both ranks check that every
  * operation posted completes (OK or TW_ERR_PEER_FAILED), that what arrived
- * is intact and in order, and that the error handler ran once.
+ * is intact and arrived once, and that the error handler ran once.
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -161,7 +161,8 @@ static void victim(tw_context_t *ctx, tw_cq_t *cq)
 {
     static unsigned char bufs[WINDOW][LEN];
     pid_t me = getpid();
-    unsigned next = 0, done = 0, posted = 0, failed = 0;
+    static unsigned char seen[1u << 16];
+    unsigned got = 0, done = 0, posted = 0, failed = 0;
     tw_completion_t c;
 
     TWT_EQ(tw_send(ctx, 0, TAG_PID, &me, sizeof(me), cq, NULL), TW_OK);
@@ -179,14 +180,17 @@ static void victim(tw_context_t *ctx, tw_cq_t *cq)
             failed++;
             continue;
         }
-        unsigned i = (unsigned)(uintptr_t)c.user;
-        TWT_EQ(c.tag, (uint64_t)next);
+        /* Receives complete in any order (a message that arrived before
+         * its receive was posted is copied out later), each exactly once. */
+        unsigned i = (unsigned)(uintptr_t)c.user, tag = (unsigned)c.tag;
+        TWT_CHECK(tag < sizeof(seen) && tag % WINDOW == i && !seen[tag]);
+        seen[tag] = 1;
         TWT_EQ(c.length, (size_t)LEN);
-        TWT_CHECKF(twt_verify(bufs[i], LEN, next), "message %u corrupted", next);
-        next++;
-        if (failed == 0) {
+        TWT_CHECKF(twt_verify(bufs[i], LEN, tag), "message %u corrupted", tag);
+        got++;
+        if (failed == 0 && tag + WINDOW < sizeof(seen)) {
             tw_status_t st =
-                tw_recv(ctx, 0, next + WINDOW - 1, 0, bufs[i], LEN, cq, (void *)(uintptr_t)i);
+                tw_recv(ctx, 0, tag + WINDOW, 0, bufs[i], LEN, cq, (void *)(uintptr_t)i);
             if (st == TW_OK) {
                 posted++;
             } else {
@@ -195,15 +199,15 @@ static void victim(tw_context_t *ctx, tw_cq_t *cq)
         }
     }
     TWT_CHECKF(failed > 0, "rank 1 never saw rank 0 fail");
-    TWT_CHECK(next >= INJECT_AT - WINDOW);
+    TWT_CHECK(got >= INJECT_AT - WINDOW);
     for (int i = 0; i < 100 && atomic_load(&handler_calls) == 0; i++) {
         usleep(10000);
     }
     TWT_EQ(atomic_load(&handler_calls), 1);
     /* Stale traffic: a send to the failed peer is refused at once. */
     TWT_EQ(tw_send(ctx, 0, 1, bufs[0], 8, cq, NULL), TW_ERR_PEER_FAILED);
-    printf("rank 1: %u messages intact and in order, then rank 0 failed (%u receives failed)\n",
-           next, failed);
+    printf("rank 1: %u messages intact, each once, then rank 0 failed (%u receives failed)\n", got,
+           failed);
 }
 
 int main(void)

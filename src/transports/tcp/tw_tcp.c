@@ -100,6 +100,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/tw_atomic.h"
 #include "core/tw_compiler.h"
 #include "core/tw_config.h"
 #include "core/tw_log.h"
@@ -122,7 +123,11 @@
  * own tw_cq_wait / tw_progress, or the engine) instead of a syscall of its
  * own. Longer than one tw_send, shorter than a TCP round trip, so a
  * ping-pong writes every message at once. */
-#define TW_TCP_BURST       (2000ull)
+#define TW_TCP_BURST (2000ull)
+/* Tagged payloads from this size on are announced to the layer above as a
+ * rendezvous (recv_rndv) before their bytes are read, so a matched receive
+ * takes them straight from the socket into the user's buffer. */
+#define TW_TCP_RNDV_MIN    (32u * 1024u)
 #define TW_TCP_ADDR_HDR    12u
 #define TW_TCP_ADDR_ENTRY  20u
 #define TW_TCP_FLAG_THREAD 0x01u /* blob flag: the rank runs progress threads */
@@ -194,6 +199,24 @@ typedef struct tw_tcp_addr {
     socklen_t len;
 } tw_tcp_addr_t;
 
+/* A payload announced with recv_rndv; its bytes follow in the stream. */
+struct tw_tl_rndv {
+    tw_tcp_lane_t *lane;
+    struct tw_tl_rndv *prev, *next; /* the lane's live handles (close frees them) */
+    int peer;
+    size_t len;         /* announced */
+    size_t got;         /* arrived so far */
+    unsigned char *buf; /* staged here while nobody asked for it */
+    void *dst;          /* then here, once rndv_get came */
+    size_t dst_len;
+    tw_tl_comp_t *comp;
+    bool have_get, done, failed, in_cb;
+    /* rndv_get from another thread: its arguments, applied by the lane */
+    void *get_dst;
+    size_t get_len;
+    tw_tl_comp_t *get_comp;
+};
+
 typedef struct tw_tcp_conn {
     tw_tcp_lane_t *lane;
     int fd;
@@ -211,6 +234,7 @@ typedef struct tw_tcp_conn {
     struct event *ev_read, *ev_write;
     unsigned char *in; /* receive buffer */
     size_t in_len, in_cap;
+    tw_tl_rndv_t *rx;         /* the payload the stream is in, or NULL */
     struct tw_tcp_conn *next; /* handshaking connections */
 } tw_tcp_conn_t;
 
@@ -259,6 +283,7 @@ struct tw_tcp_lane {
     bool in_worker;
     unsigned nreparse;      /* eps with reparse set */
     tw_tcp_ep_t *downs;     /* eps with a peer_down to report */
+    tw_tl_rndv_t handles;   /* list head of live rendezvous handles */
     _Atomic(unsigned) cmds; /* frames submitted to the engine, not yet queued */
 };
 
@@ -279,6 +304,7 @@ struct tw_tcp_iface {
 };
 
 static void tw_tcp_conn_close(tw_tcp_conn_t *c);
+static void tw_tcp_rndv_abort(tw_tcp_conn_t *c);
 static void tw_tcp_fail_peer(tw_tcp_lane_t *lane, int peer, tw_status_t why, const char *what);
 static void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep);
 static void tw_tcp_connect(tw_tcp_lane_t *lane, int peer, int addr_index);
@@ -404,6 +430,9 @@ static void tw_tcp_conn_close(tw_tcp_conn_t *c)
         if (ep->accepting == c) {
             ep->accepting = NULL;
         }
+    }
+    if (c->rx != NULL) {
+        tw_tcp_rndv_abort(c);
     }
     event_free(c->ev_read);
     event_free(c->ev_write);
@@ -628,6 +657,163 @@ static void tw_tcp_conn_broken(tw_tcp_conn_t *c, int err)
     }
 }
 
+/* ---- rendezvous (receive side) ---------------------------------------------- */
+
+static void tw_tcp_rndv_free(tw_tl_rndv_t *h)
+{
+    h->prev->next = h->next;
+    h->next->prev = h->prev;
+    if (h->buf != NULL) {
+        tw_free(h->buf, h->len);
+    }
+    tw_free(h, sizeof(*h));
+}
+
+/* @p n payload bytes of @p h arrived at @p p (NULL: already in place). */
+static void tw_tcp_rndv_sink(tw_tl_rndv_t *h, const unsigned char *p, size_t n)
+{
+    if (p != NULL && h->have_get && h->got < h->dst_len) {
+        size_t k = TW_MIN(n, h->dst_len - h->got);
+        memcpy((unsigned char *)h->dst + h->got, p, k);
+    } else if (p != NULL && !h->have_get) {
+        memcpy(h->buf + h->got, p, n);
+    }
+    h->got += n;
+}
+
+/* The last payload byte of @p h arrived. */
+static void tw_tcp_rndv_done(tw_tcp_conn_t *c)
+{
+    tw_tl_rndv_t *h = c->rx;
+
+    c->rx = NULL;
+    h->done = true;
+    if (h->have_get) {
+        tw_tl_comp_t *comp = h->comp;
+        tw_tcp_rndv_free(h);
+        comp->cb(comp, TW_OK);
+    } /* else staged: rndv_get copies it out */
+}
+
+/* The stream of @p c ended inside a payload. */
+static void tw_tcp_rndv_abort(tw_tcp_conn_t *c)
+{
+    tw_tl_rndv_t *h = c->rx;
+
+    c->rx = NULL;
+    if (h->have_get) {
+        tw_tl_comp_t *comp = h->comp;
+        tw_tcp_rndv_free(h);
+        comp->cb(comp, TW_ERR_PEER_FAILED);
+    } else {
+        h->failed = true; /* the layer above still holds it */
+    }
+}
+
+/* rndv_get on the lane's engine. */
+static void tw_tcp_rndv_apply(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_comp_t *comp)
+{
+    tw_tcp_iface_t *tcp = h->lane->tcp;
+
+    if (len > h->len) {
+        len = h->len;
+    }
+    if (h->failed) {
+        tw_tcp_rndv_free(h);
+        comp->cb(comp, TW_ERR_PEER_FAILED);
+        return;
+    }
+    if (h->got > 0 && len > 0) {
+        memcpy(dst, h->buf, TW_MIN(h->got, len)); /* what was staged */
+    }
+    tw_stats_add(tcp->super.stats, TW_TL_STAT_RX_BYTES, len);
+    if (h->done) {
+        tw_tcp_rndv_free(h);
+        comp->cb(comp, TW_OK);
+        return;
+    }
+    if (h->buf != NULL) {
+        tw_free(h->buf, h->len);
+        h->buf = NULL;
+    }
+    h->have_get = true; /* the rest goes straight to dst (or nowhere past len) */
+    h->dst = dst;
+    h->dst_len = len;
+    h->comp = comp;
+}
+
+static void tw_tcp_rndv_apply_cmd(void *arg, void *data, uint64_t u64)
+{
+    tw_tl_rndv_t *h = data;
+
+    (void)arg, (void)u64;
+    tw_tcp_rndv_apply(h, h->get_dst, h->get_len, h->get_comp);
+}
+
+static tw_status_t tw_tcp_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *dst, size_t len,
+                                   tw_tl_comp_t *comp)
+{
+    tw_tcp_lane_t *lane = h->lane;
+    tw_backoff_t b = TW_BACKOFF_INIT;
+    tw_pe_cmd_t cmd = {.fn = tw_tcp_rndv_apply_cmd, .arg = lane, .data = h};
+    tw_status_t st;
+
+    (void)iface;
+    if (h->in_cb || tw_pe_is_owner(lane->pe)) {
+        tw_tcp_rndv_apply(h, dst, len, comp);
+        return TW_OK;
+    }
+    /* Another lane's engine (or a worker): the handle's lane applies it. */
+    h->get_dst = dst;
+    h->get_len = len;
+    h->get_comp = comp;
+    while ((st = tw_pe_submit(lane->pe, &cmd)) == TW_ERR_AGAIN) {
+        if (!tw_pe_has_thread(lane->pe)) {
+            tw_pe_progress(lane->pe);
+        }
+        tw_backoff_wait(&b);
+    }
+    return st;
+}
+
+/* A tagged frame of @p len payload bytes begins at @p hdr: announce it, and
+ * take what of its payload is at hand (@p avail bytes at @p data). */
+static bool tw_tcp_rndv_begin(tw_tcp_conn_t *c, uint8_t am_id, const unsigned char *hdr,
+                              size_t hdr_len, size_t len, const unsigned char *data, size_t avail)
+{
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_iface_t *tcp = lane->tcp;
+    tw_tl_rndv_t *h = tw_calloc(1, sizeof(*h));
+
+    if (h == NULL) {
+        tw_error("tcp", "out of memory for a %zu-byte message from rank %d", len, c->peer);
+        return false;
+    }
+    h->lane = lane;
+    h->peer = c->peer;
+    h->len = len;
+    h->next = lane->handles.next;
+    h->prev = &lane->handles;
+    h->next->prev = h;
+    lane->handles.next = h;
+    c->rx = h;
+    tw_stats_inc(tcp->super.stats, TW_TL_STAT_RX_MSGS);
+    lane->events++;
+    h->in_cb = true;
+    tcp->super.recv_rndv(tcp->super.recv_arg, c->peer, am_id, hdr, hdr_len, len, h);
+    h->in_cb = false;
+    if (!h->have_get && (h->buf = tw_malloc(len)) == NULL) {
+        /* Bounded by TW_TCP_MAX_LEN (the parser checked it). */
+        tw_error("tcp", "out of memory staging a %zu-byte message from rank %d", len, c->peer);
+        return false;
+    }
+    tw_tcp_rndv_sink(h, data, TW_MIN(avail, len));
+    if (h->got == len) {
+        tw_tcp_rndv_done(c);
+    }
+    return true;
+}
+
 /* ---- receiving ------------------------------------------------------------- */
 
 /* Deliver every complete frame in c->in; false: the stream is bad. */
@@ -637,8 +823,26 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
     tw_tcp_iface_t *tcp = lane->tcp;
     size_t off = 0;
 
-    while (c->in_len - off >= TW_TCP_FRAME_LEN && c->state == TW_TCP_CONNECTED) {
+    while (c->state == TW_TCP_CONNECTED) {
         tw_tcp_frame_t f;
+        if (c->rx != NULL) {
+            /* Payload bytes of an announced message (past a truncating
+             * receive's length they are only counted). */
+            size_t n = TW_MIN(c->in_len - off, c->rx->len - c->rx->got);
+            if (n == 0) {
+                break;
+            }
+            tw_tcp_rndv_sink(c->rx, c->in + off, n);
+            off += n;
+            if (c->rx->got < c->rx->len) {
+                break;
+            }
+            tw_tcp_rndv_done(c);
+            continue;
+        }
+        if (c->in_len - off < TW_TCP_FRAME_LEN) {
+            break;
+        }
         const char *why = "?";
         tw_status_t st = tw_tcp_frame_parse(c->in + off, c->in_len - off, TW_TCP_MAX_HDR,
                                             TW_TCP_MAX_LEN, &f, &why);
@@ -654,6 +858,23 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
                 tcp->eps[c->peer].left = true;
             }
             off += TW_TCP_FRAME_LEN; /* PING: its arrival was the point */
+            continue;
+        }
+        if (f.len >= TW_TCP_RNDV_MIN && f.am_id < 64 && (tcp->inline_ids & (1ull << f.am_id)) &&
+            tcp->super.recv_rndv != NULL) {
+            size_t head = TW_TCP_FRAME_LEN + f.hdr_len, avail;
+            if (c->in_len - off < head) {
+                break; /* the header first */
+            }
+            avail = TW_MIN(c->in_len - off - head, (size_t)f.len);
+            if (!tw_tcp_rndv_begin(c, f.am_id, c->in + off + TW_TCP_FRAME_LEN, f.hdr_len,
+                                   (size_t)f.len, c->in + off + head, avail)) {
+                return false;
+            }
+            off += head + avail;
+            if (c->rx != NULL) {
+                break; /* the rest of the payload comes from the socket */
+            }
             continue;
         }
         total = TW_TCP_FRAME_LEN + f.hdr_len + (size_t)f.len;
@@ -704,6 +925,36 @@ static bool tw_tcp_read(tw_tcp_conn_t *c)
     tw_tcp_iface_t *tcp = lane->tcp;
 
     for (;;) {
+        tw_tl_rndv_t *h = c->rx;
+        if (h != NULL && (!h->have_get || h->got < h->dst_len)) {
+            /* Inside a payload: into the user's buffer, or its staging. */
+            size_t want = h->have_get ? TW_MIN(h->len, h->dst_len) - h->got : h->len - h->got;
+            unsigned char *to = h->have_get ? (unsigned char *)h->dst + h->got : h->buf + h->got;
+            ssize_t n = recv(c->fd, to, want, 0);
+            if (n > 0) {
+                c->last_rx = tw_time_ns();
+                tw_tcp_rndv_sink(h, NULL, (size_t)n);
+                if (h->got == h->len) {
+                    tw_tcp_rndv_done(c);
+                    if (!tw_tcp_parse_frames(c)) { /* what followed it in the buffer */
+                        tw_tcp_fail_peer(lane, c->peer, TW_ERR_PEER_FAILED, "bad frame");
+                        return false;
+                    }
+                }
+                if ((size_t)n < want) {
+                    return true; /* drained: epoll says when there is more */
+                }
+                continue;
+            }
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                return true;
+            }
+            tw_tcp_conn_broken(c, n == 0 ? 0 : errno);
+            return false;
+        }
         if (c->in_len == c->in_cap && c->in_cap > 0) {
             /* Full of frames a worker left for the engine (complete frames
              * are otherwise consumed): the engine reads on. */
@@ -724,8 +975,12 @@ static bool tw_tcp_read(tw_tcp_conn_t *c)
             c->in = n;
             c->in_cap = cap;
         }
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        size_t space = c->in_cap - c->in_len;
+        ssize_t n = recv(c->fd, c->in + c->in_len, space, 0);
         if (n > 0) {
+            /* Less than asked for: the socket is drained (epoll is
+             * level-triggered), so no recv only to hear EAGAIN. */
+            bool drained = (size_t)n < space;
             c->in_len += (size_t)n;
             c->last_rx = tw_time_ns();
             while (c->state != TW_TCP_CONNECTED && c->in_len >= TW_TCP_HS_LEN) {
@@ -745,15 +1000,15 @@ static bool tw_tcp_read(tw_tcp_conn_t *c)
                 memmove(c->in, c->in + TW_TCP_HS_LEN, c->in_len - TW_TCP_HS_LEN);
                 c->in_len -= TW_TCP_HS_LEN;
             }
-            if (c->state != TW_TCP_CONNECTED) {
-                continue; /* more handshake bytes to come */
-            }
-            if (lane->in_worker && tcp->eps[c->peer].reparse) {
-                continue; /* the engine parses in order from the held frame */
-            }
-            if (!tw_tcp_parse_frames(c)) {
+            if (c->state == TW_TCP_CONNECTED && !(lane->in_worker && tcp->eps[c->peer].reparse) &&
+                !tw_tcp_parse_frames(c)) {
                 tw_tcp_fail_peer(lane, c->peer, TW_ERR_PEER_FAILED, "bad frame");
                 return false;
+            }
+            /* (Not connected: more handshake bytes to come. A held frame:
+             * the engine parses on from it.) */
+            if (drained) {
+                return true;
             }
             continue;
         }
@@ -1534,7 +1789,7 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface);
 
 const tw_tl_ops_t tw_tcp_ops = {
     .name = "tcp",
-    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY,
+    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV,
     .query = tw_tcp_query,
     .iface_open = tw_tcp_iface_open,
     .iface_close = tw_tcp_iface_close,
@@ -1547,7 +1802,7 @@ const tw_tl_ops_t tw_tcp_ops = {
     .put_zcopy = tw_tl_stub_put_zcopy,
     .get_zcopy = tw_tl_stub_get_zcopy,
     .flush = tw_tl_stub_flush,
-    .rndv_get = tw_tl_stub_rndv_get,
+    .rndv_get = tw_tcp_rndv_get,
     .progress = tw_tcp_progress,
     .poll = tw_tcp_poll,
 };
@@ -1587,6 +1842,7 @@ static tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_para
 
     lane->tcp = tcp;
     lane->index = k;
+    lane->handles.next = lane->handles.prev = &lane->handles;
     lane->timer_fd = -1;
     for (int a = 0; a < TW_TCP_MAX_ADDRS; a++) {
         lane->lis[a].fd = -1;
@@ -1722,6 +1978,9 @@ static void tw_tcp_lane_close(tw_tcp_lane_t *lane)
         tw_tcp_conn_t *c = lane->handshaking;
         c->peer = -1;
         tw_tcp_conn_close(c);
+    }
+    while (lane->handles.next != &lane->handles) {
+        tw_tcp_rndv_free(lane->handles.next); /* staged, never asked for */
     }
     for (int a = 0; a < TW_TCP_MAX_ADDRS; a++) {
         if (lane->lis[a].ev != NULL) {
