@@ -76,9 +76,19 @@
  * flags u8 | pad u8 | timeout ms u32 | per address: family u8 (4 or 6),
  * pad[3], address[16] (network order), lanes x port u16 (network order).
  *
- * Left out (docs/tcp-plan.md): rendezvous (a large send streams inline and
- * completes once written to the socket), a frame pool (each send allocates
- * its frame from jemalloc's thread cache).
+ * Rendezvous, receive side. A tagged payload of TW_TCP_RNDV_MIN or more
+ * is announced to the layer above (recv_rndv) as soon as its header is
+ * in; if a receive matches, rndv_get names the user's buffer and the
+ * payload is read from the socket straight into it (past a truncating
+ * receive's length it is read and dropped). Unmatched, it is staged in a
+ * buffer of its own, and a later rndv_get copies out what arrived and
+ * takes the rest directly. rndv_get from another thread is applied by the
+ * handle's lane (a command). The sender is unchanged: zcopy frames
+ * complete once the socket took them.
+ *
+ * Left out (docs/tcp-plan.md): a sender-side rendezvous (so a send
+ * completes only once received), a frame pool (each send allocates its
+ * frame from jemalloc's thread cache).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -918,6 +928,21 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
     return true;
 }
 
+/* A recv returned @p n <= 0: TW_TCP_RX_RETRY (EINTR), 1 (nothing more
+ * for now), or 0 (EOF or an error: the connection is handled, and gone). */
+enum { TW_TCP_RX_RETRY = -1 };
+static int tw_tcp_recv_end(tw_tcp_conn_t *c, ssize_t n)
+{
+    if (n < 0 && errno == EINTR) {
+        return TW_TCP_RX_RETRY;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return 1;
+    }
+    tw_tcp_conn_broken(c, n == 0 ? 0 : errno);
+    return 0;
+}
+
 /* Read what the socket holds. False: @p c is gone (closed or failed). */
 static bool tw_tcp_read(tw_tcp_conn_t *c)
 {
@@ -946,14 +971,11 @@ static bool tw_tcp_read(tw_tcp_conn_t *c)
                 }
                 continue;
             }
-            if (n < 0 && errno == EINTR) {
+            int end = tw_tcp_recv_end(c, n);
+            if (end == TW_TCP_RX_RETRY) {
                 continue;
             }
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                return true;
-            }
-            tw_tcp_conn_broken(c, n == 0 ? 0 : errno);
-            return false;
+            return end == 1;
         }
         if (c->in_len == c->in_cap && c->in_cap > 0) {
             /* Full of frames a worker left for the engine (complete frames
@@ -1012,14 +1034,11 @@ static bool tw_tcp_read(tw_tcp_conn_t *c)
             }
             continue;
         }
-        if (n < 0 && errno == EINTR) {
+        int end = tw_tcp_recv_end(c, n);
+        if (end == TW_TCP_RX_RETRY) {
             continue;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return true;
-        }
-        tw_tcp_conn_broken(c, n == 0 ? 0 : errno);
-        return false;
+        return end == 1;
     }
 }
 
