@@ -571,9 +571,6 @@ static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
     if (tw_boot_fence(impl->boot, 60000) != TW_OK) {
         return TW_ERR_BOOTSTRAP;
     }
-    for (unsigned i = 0; i < impl->ntl; i++) {
-        impl->ifaces[i]->ops->ready(impl->ifaces[i]);
-    }
     return TW_OK;
 }
 
@@ -728,6 +725,11 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
     }
     if (st == TW_OK) {
         st = tw_ctx_route(impl);
+    }
+    /* Every rank connected, every route set: transports may drop what
+     * only connecting needed, and start threads of their own. */
+    for (unsigned i = 0; st == TW_OK && i < impl->ntl; i++) {
+        impl->ifaces[i]->ops->ready(impl->ifaces[i]);
     }
     if (st == TW_OK && impl->boot != NULL) {
         st = tw_pe_add(impl->pes[0], tw_ctx_lifeline, impl, -1);

@@ -149,8 +149,9 @@ struct tw_tl_ops {
     /** Address exchange. addr_pack writes what peers need to reach this
      * iface (into the bootstrap blob); addr_connect takes a peer's packed
      * address (before any traffic, for every other rank); ready runs once
-     * every rank connected (after a job-wide fence). Thread: the caller of
-     * tw_init. */
+     * every rank connected (after a job-wide fence) and the routes are
+     * set, before the context's engines start: a transport may start
+     * threads of its own there. Thread: the caller of tw_init. */
     tw_status_t (*addr_pack)(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p);
     tw_status_t (*addr_connect)(tw_tl_iface_t *iface, int peer, const void *addr, size_t len);
     void (*ready)(tw_tl_iface_t *iface);

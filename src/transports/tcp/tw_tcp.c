@@ -137,6 +137,12 @@
 /* Tagged payloads from this size on are announced to the layer above as a
  * rendezvous (recv_rndv) before their bytes are read, so a matched receive
  * takes them straight from the socket into the user's buffer. */
+/* Frames whose header bytes (frame + am header + copied payload) fit this
+ * come from a lane's pool when the lane's lock is held (direct sends,
+ * control frames): no malloc/free per small message. */
+#define TW_TCP_POOL_HEAD   256u
+#define TW_TCP_POOL_MAX    1024u
+#define TW_TCP_POOL_ALLOC  (sizeof(tw_tcp_frame_out_t) + TW_TCP_POOL_HEAD)
 #define TW_TCP_RNDV_MIN    (32u * 1024u)
 #define TW_TCP_ADDR_HDR    12u
 #define TW_TCP_ADDR_ENTRY  20u
@@ -198,6 +204,7 @@ typedef struct tw_tcp_frame_out {
     tw_tl_comp_t *comp; /* zcopy: completes once written */
     size_t off;         /* bytes of head + zdata already written */
     int peer;
+    bool pooled; /* returns to its lane's pool */
     unsigned char bytes[];
 } tw_tcp_frame_out_t;
 
@@ -291,10 +298,12 @@ struct tw_tcp_lane {
      * send, tw_progress / tw_cq_wait polling): it delivers tagged frames
      * only, and leaves user AM handlers and peer_down to the engine. */
     bool in_worker;
-    unsigned nreparse;      /* eps with reparse set */
-    tw_tcp_ep_t *downs;     /* eps with a peer_down to report */
-    tw_tl_rndv_t handles;   /* list head of live rendezvous handles */
-    _Atomic(unsigned) cmds; /* frames submitted to the engine, not yet queued */
+    unsigned nreparse;        /* eps with reparse set */
+    tw_tcp_ep_t *downs;       /* eps with a peer_down to report */
+    tw_tl_rndv_t handles;     /* list head of live rendezvous handles */
+    _Atomic(unsigned) cmds;   /* frames submitted to the engine, not yet queued */
+    tw_tcp_frame_out_t *pool; /* free small frames (lock holder) */
+    unsigned npool;
 };
 
 struct tw_tcp_iface {
@@ -578,6 +587,12 @@ static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
             tw_warn("tcp", "handshake refused: rank %u dialed lane %d, not %d", hs.rank,
                     lane->index, (int)hs.rank % tcp->nlanes);
             return TW_TCP_HS_BAD;
+        }
+        if (ep->conn != NULL && (int)hs.rank > tcp->super.rank) {
+            /* The loser of a simultaneous connect tried again before our
+             * connection reached it: it drops this one as it did the
+             * first (EOF during its handshake), quietly on both sides. */
+            return TW_TCP_HS_DROP;
         }
         if (ep->failed || ep->conn != NULL || ep->accepting != NULL) {
             tw_warn("tcp", "handshake refused: rank %u is %s", hs.rank,
@@ -1050,12 +1065,65 @@ static void tw_tcp_on_read(evutil_socket_t fd, short what, void *arg)
 
 /* ---- sending ---------------------------------------------------------------- */
 
-static void tw_tcp_frame_done(tw_tcp_frame_out_t *f, tw_status_t st)
+/* A frame for @p head_len header bytes: from the pool when it fits (the
+ * caller holds @p lane's lock), else from the allocator. */
+static tw_tcp_frame_out_t *tw_tcp_frame_get(tw_tcp_lane_t *lane, size_t head_len)
+{
+    tw_tcp_frame_out_t *f;
+
+    if (lane != NULL && head_len <= TW_TCP_POOL_HEAD) {
+        f = lane->pool;
+        if (f != NULL) {
+            lane->pool = f->next;
+            lane->npool--;
+        } else if ((f = tw_malloc(TW_TCP_POOL_ALLOC)) == NULL) {
+            return NULL;
+        }
+        *f = (tw_tcp_frame_out_t){.alloc_len = TW_TCP_POOL_ALLOC, .pooled = true};
+        return f;
+    }
+    f = tw_malloc(sizeof(*f) + head_len);
+    if (f != NULL) {
+        *f = (tw_tcp_frame_out_t){.alloc_len = sizeof(*f) + head_len};
+    }
+    return f;
+}
+
+/* @p f is written or failed: complete it, and recycle it (lock holder). */
+static void tw_tcp_frame_done(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f, tw_status_t st)
 {
     if (f->comp != NULL) {
         f->comp->cb(f->comp, st);
     }
+    if (f->pooled && lane->npool < TW_TCP_POOL_MAX) {
+        f->next = lane->pool;
+        lane->pool = f;
+        lane->npool++;
+        return;
+    }
     tw_free(f, f->alloc_len);
+}
+
+/* Fill @p f with an AM frame to @p peer. */
+static void tw_tcp_frame_fill(tw_tcp_frame_out_t *f, int peer, uint8_t am_id, const void *hdr,
+                              size_t hdr_len, const void *data, size_t len, bool copy,
+                              tw_tl_comp_t *comp)
+{
+    tw_tcp_frame_t fh = {
+        .type = TW_TCP_FRAME_AM, .am_id = am_id, .hdr_len = (uint32_t)hdr_len, .len = len};
+
+    f->head_len = TW_TCP_FRAME_LEN + hdr_len + (copy ? len : 0);
+    f->zdata = copy ? NULL : data;
+    f->zlen = copy ? 0 : len;
+    f->comp = comp;
+    f->peer = peer;
+    tw_tcp_frame_pack(&fh, f->bytes);
+    if (hdr_len > 0) {
+        memcpy(f->bytes + TW_TCP_FRAME_LEN, hdr, hdr_len);
+    }
+    if (copy && len > 0) {
+        memcpy(f->bytes + TW_TCP_FRAME_LEN + hdr_len, data, len);
+    }
 }
 
 /* Write what the peer's queue holds: one writev for many frames. */
@@ -1118,7 +1186,7 @@ static void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
             if (ep->head == NULL) {
                 ep->tail = NULL;
             }
-            tw_tcp_frame_done(f, TW_OK);
+            tw_tcp_frame_done(lane, f, TW_OK);
         }
     }
     if (c->want_out) {
@@ -1188,7 +1256,7 @@ static void tw_tcp_enqueue(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f)
     tw_tcp_ep_t *ep = &tcp->eps[f->peer];
 
     if (ep->failed || tcp->closing) {
-        tw_tcp_frame_done(f, ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED);
+        tw_tcp_frame_done(lane, f, ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED);
         return;
     }
     f->next = NULL;
@@ -1227,43 +1295,57 @@ static void tw_tcp_enqueue_cmd(void *arg, void *data, uint64_t u64)
  * (so nothing is overtaken). */
 typedef struct tw_tcp_direct {
     tw_tcp_lane_t *lane;
-    tw_tcp_frame_out_t *f;
+    int peer;
+    uint8_t am_id;
+    bool copy;
     bool done;
+    tw_status_t st;
+    const void *hdr, *data;
+    size_t hdr_len, len;
+    tw_tl_comp_t *comp;
 } tw_tcp_direct_t;
 
 static int tw_tcp_direct_fn(void *arg)
 {
     tw_tcp_direct_t *d = arg;
     tw_tcp_lane_t *lane = d->lane;
-    tw_tcp_ep_t *ep = &lane->tcp->eps[d->f->peer];
+    tw_tcp_ep_t *ep = &lane->tcp->eps[d->peer];
+    tw_tcp_frame_out_t *f;
 
     if (atomic_load_explicit(&lane->cmds, memory_order_relaxed) != 0 || ep->conn == NULL ||
         ep->failed || lane->tcp->closing) {
         return 0;
     }
+    f = tw_tcp_frame_get(lane, TW_TCP_FRAME_LEN + d->hdr_len + (d->copy ? d->len : 0));
+    d->done = true;
+    if (f == NULL) {
+        d->st = TW_ERR_NOMEM;
+        return 1;
+    }
+    tw_tcp_frame_fill(f, d->peer, d->am_id, d->hdr, d->hdr_len, d->data, d->len, d->copy, d->comp);
     lane->in_worker = true;
-    tw_tcp_enqueue(lane, d->f);
+    tw_tcp_enqueue(lane, f);
     if (ep->conn != NULL && ep->queued == 1 && tw_time_ns() - ep->conn->last_tx >= TW_TCP_BURST) {
         tw_tcp_flush(lane, ep); /* a lone message: out now */
     } else if (lane->tcp->threads) {
         tw_pe_wake(lane->pe); /* part of a burst: the next pass writes them together */
     }
     lane->in_worker = false;
-    d->done = true;
+    d->st = TW_OK;
     return 1;
 }
 
 /* A frame that carries nothing but its type (FIN, PING). */
 static void tw_tcp_enqueue_ctl(tw_tcp_lane_t *lane, int peer, uint8_t type)
 {
-    size_t alloc_len = sizeof(tw_tcp_frame_out_t) + TW_TCP_FRAME_LEN;
-    tw_tcp_frame_out_t *f = tw_malloc(alloc_len);
+    tw_tcp_frame_out_t *f = tw_tcp_frame_get(lane, TW_TCP_FRAME_LEN);
     tw_tcp_frame_t fh = {.type = type};
 
     if (f == NULL) {
         return; /* a missed PING or FIN: the peer copes (the next tick retries) */
     }
-    *f = (tw_tcp_frame_out_t){.alloc_len = alloc_len, .head_len = TW_TCP_FRAME_LEN, .peer = peer};
+    f->head_len = TW_TCP_FRAME_LEN;
+    f->peer = peer;
     tw_tcp_frame_pack(&fh, f->bytes);
     tw_tcp_enqueue(lane, f);
 }
@@ -1284,9 +1366,6 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
                                tw_tl_comp_t *comp)
 {
     size_t head_len = TW_TCP_FRAME_LEN + hdr_len + (copy ? len : 0);
-    size_t alloc_len = sizeof(tw_tcp_frame_out_t) + head_len;
-    tw_tcp_frame_t fh = {
-        .type = TW_TCP_FRAME_AM, .am_id = am_id, .hdr_len = (uint32_t)hdr_len, .len = len};
     tw_tcp_lane_t *lane;
     tw_tcp_frame_out_t *f;
 
@@ -1296,34 +1375,33 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
     if (atomic_load_explicit(&tcp->down[peer], memory_order_acquire)) {
         return TW_ERR_PEER_FAILED;
     }
-    f = tw_malloc(alloc_len);
-    if (f == NULL) {
-        tw_error("tcp", "cannot allocate a %zu-byte frame for rank %d", alloc_len, peer);
-        return TW_ERR_NOMEM;
-    }
-    *f = (tw_tcp_frame_out_t){.alloc_len = alloc_len,
-                              .head_len = head_len,
-                              .zdata = copy ? NULL : data,
-                              .zlen = copy ? 0 : len,
-                              .comp = comp,
-                              .peer = peer};
-    tw_tcp_frame_pack(&fh, f->bytes);
-    if (hdr_len > 0) {
-        memcpy(f->bytes + TW_TCP_FRAME_LEN, hdr, hdr_len);
-    }
-    if (copy && len > 0) {
-        memcpy(f->bytes + TW_TCP_FRAME_LEN + hdr_len, data, len);
-    }
     lane = tw_tcp_lane_of(tcp, peer);
     if (atomic_load_explicit(&lane->cmds, memory_order_relaxed) == 0) {
-        tw_tcp_direct_t d = {.lane = lane, .f = f};
+        tw_tcp_direct_t d = {.lane = lane,
+                             .peer = peer,
+                             .am_id = am_id,
+                             .copy = copy,
+                             .hdr = hdr,
+                             .hdr_len = hdr_len,
+                             .data = data,
+                             .len = len,
+                             .comp = comp};
         (void)tw_pe_try_call(lane->pe, tw_tcp_direct_fn, &d);
-        if (d.done) {
+        if (d.done && d.st == TW_OK) {
             tw_stats_inc(tcp->super.stats, TW_TL_STAT_TX_MSGS);
             tw_stats_add(tcp->super.stats, TW_TL_STAT_TX_BYTES, len);
-            return TW_OK;
+        }
+        if (d.done) {
+            return d.st;
         }
     }
+    f = tw_tcp_frame_get(NULL, head_len);
+    if (f == NULL) {
+        tw_error("tcp", "cannot allocate a frame of %zu bytes for rank %d", head_len, peer);
+        return TW_ERR_NOMEM;
+    }
+    tw_tcp_frame_fill(f, peer, am_id, hdr, hdr_len, data, len, copy, comp);
+    size_t alloc_len = f->alloc_len;
     atomic_fetch_add_explicit(&lane->cmds, 1, memory_order_relaxed);
     tw_status_t st =
         tw_tl_submit(&tcp->super, lane->pe, tw_tcp_enqueue_cmd, lane, f, alloc_len, len);
@@ -1381,7 +1459,7 @@ static void tw_tcp_fail_peer(tw_tcp_lane_t *lane, int peer, tw_status_t why, con
     while (ep->head != NULL) {
         tw_tcp_frame_out_t *f = ep->head;
         ep->head = f->next;
-        tw_tcp_frame_done(f, TW_ERR_PEER_FAILED);
+        tw_tcp_frame_done(lane, f, TW_ERR_PEER_FAILED);
     }
     ep->tail = NULL;
     ep->queued = 0;
@@ -1532,7 +1610,9 @@ static int tw_tcp_lane_progress(void *arg)
     tw_tcp_flush_dirty(lane);
     if (lane->nconns > 0 || tw_time_ns() - lane->last_loop >= TW_TCP_IDLE_LOOP) {
         event_base_loop(lane->base, EVLOOP_NONBLOCK);
-        lane->last_loop = tw_time_ns();
+        if (lane->nconns == 0) {
+            lane->last_loop = tw_time_ns();
+        }
         tw_tcp_flush_dirty(lane);
     }
     return lane->events;
@@ -1888,7 +1968,18 @@ static tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_para
             return st;
         }
     }
-    lane->base = event_base_new();
+    /* Whoever holds the lane engine's lock (the engine, or a worker in
+     * tw_tcp_direct_fn / tw_tcp_lane_poll) is the only one touching the
+     * base, so libevent's own lock would only cost a mutex pair per pass. */
+    struct event_config *ecfg = event_config_new();
+    if (ecfg == NULL || event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK) != 0) {
+        if (ecfg != NULL) {
+            event_config_free(ecfg);
+        }
+        return TW_ERR_NOMEM;
+    }
+    lane->base = event_base_new_with_config(ecfg);
+    event_config_free(ecfg);
     if (lane->base == NULL) {
         return TW_ERR_NOMEM;
     }
@@ -2001,6 +2092,11 @@ static void tw_tcp_lane_close(tw_tcp_lane_t *lane)
     while (lane->handles.next != &lane->handles) {
         tw_tcp_rndv_free(lane->handles.next); /* staged, never asked for */
     }
+    while (lane->pool != NULL) {
+        tw_tcp_frame_out_t *f = lane->pool;
+        lane->pool = f->next;
+        tw_free(f, f->alloc_len);
+    }
     for (int a = 0; a < TW_TCP_MAX_ADDRS; a++) {
         if (lane->lis[a].ev != NULL) {
             event_free(lane->lis[a].ev);
@@ -2073,7 +2169,7 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
             while (ep->head != NULL) {
                 tw_tcp_frame_out_t *f = ep->head;
                 ep->head = f->next;
-                tw_tcp_frame_done(f, TW_ERR_CANCELED);
+                tw_tcp_frame_done(tw_tcp_lane_of(tcp, r), f, TW_ERR_CANCELED);
             }
         }
     }
