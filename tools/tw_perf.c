@@ -88,6 +88,7 @@ typedef struct perf_opts {
     tw_wait_mode_t wait_mode;
     bool split;
     bool csv;
+    bool stats; /* tw_stats_print on stderr at the end */
     const char *plot;
     double timeout_s;
 } perf_opts_t;
@@ -1046,6 +1047,7 @@ static void usage(FILE *out)
         "                         wait mode; with spin tw_perf polls its CQs (tw_cq_poll),\n"
         "                         otherwise it waits in tw_cq_wait\n"
         "Output (rank 0; the other rank prints errors only):\n"
+        "      --stats            each rank prints its tw_stats_print report on stderr at the end\n"
         "      --csv              CSV on stdout: a header line, then rows\n"
         "      --plot FILE.png    plot the sizes with gnuplot; FILE.dat (data) and FILE.gp\n"
         "                         (script) are written beside it. Without gnuplot on PATH\n"
@@ -1176,7 +1178,7 @@ static int parse_tests(const char *arg)
 /* @return -1 to go on, or the exit status. */
 static int parse_args(int argc, char **argv)
 {
-    enum { OPT_CSV = 256, OPT_PLOT, OPT_TIMEOUT, OPT_SPLIT };
+    enum { OPT_CSV = 256, OPT_PLOT, OPT_TIMEOUT, OPT_SPLIT, OPT_STATS };
     static const struct option longopts[] = {
         {"test", required_argument, NULL, 'x'},
         {"size", required_argument, NULL, 's'},
@@ -1189,6 +1191,7 @@ static int parse_args(int argc, char **argv)
         {"wait-mode", required_argument, NULL, 'm'},
         {"split", no_argument, NULL, OPT_SPLIT},
         {"csv", no_argument, NULL, OPT_CSV},
+        {"stats", no_argument, NULL, OPT_STATS},
         {"plot", required_argument, NULL, OPT_PLOT},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
@@ -1292,6 +1295,9 @@ static int parse_args(int argc, char **argv)
             break;
         case OPT_CSV:
             g_opts.csv = true;
+            break;
+        case OPT_STATS:
+            g_opts.stats = true;
             break;
         case OPT_PLOT:
             if (*optarg == '\0') {
@@ -1470,6 +1476,9 @@ int main(int argc, char **argv)
         goto out_finalize;
     }
     rc = EXIT_OK;
+    if (g_opts.stats) {
+        (void)tw_stats_print(g_ctx, stderr);
+    }
 out_finalize:
     if ((st = tw_finalize(g_ctx)) != TW_OK) {
         fprintf(stderr, "tw_perf: tw_finalize: %s\n", tw_strerror(st));

@@ -6,7 +6,7 @@
 # numeric fields), --plot with or without gnuplot, usage errors (exit 2).
 # With twrun given, a job of 2 either measures or fails with the clear
 # "operation not supported" message of a build without an inter-process
-# transport.
+# transport; and again over TCP with --stats.
 #   tw_perf_test.sh TW_PERF [TWRUN]
 set -euo pipefail
 perf=$1
@@ -102,7 +102,7 @@ for bad in "--bogus" "-x nope" "-s 0:4k" "-s 4q" "-t 0" "-m fast" "-n" "-w 0" "s
 done
 run --help
 for o in --test --size --iters --warmup --window --threads --split --transports \
-  --progress-threads --wait-mode --csv --plot --timeout --help; do
+  --progress-threads --wait-mode --csv --stats --plot --timeout --help; do
   grep -q -- "$o" <<<"$out" || fail "--help does not document $o"
 done
 
@@ -112,5 +112,11 @@ if [ -n "$twrun" ]; then
     { echo "$out"; fail "twrun -n 2 tw_perf failed"; }
   check_all_row lat
   check_all_row bw
+  # Over TCP, with each rank's counters: the messages went through tcp.
+  out=$(TW_TRANSPORTS=tcp "$twrun" -n 2 "$perf" -x lat -n "$nb" --stats 2>&1) ||
+    { echo "$out"; fail "TW_TRANSPORTS=tcp twrun -n 2 tw_perf --stats failed"; }
+  check_all_row lat
+  [ "$(grep -c -E 'tl:tcp: tx_msgs=[1-9]' <<<"$out")" = 2 ] ||
+    { echo "$out"; fail "--stats: want both ranks' tcp counters with traffic"; }
 fi
 echo "tw_perf: ok"
