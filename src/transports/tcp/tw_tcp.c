@@ -1970,9 +1970,12 @@ static tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_para
     }
     /* Whoever holds the lane engine's lock (the engine, or a worker in
      * tw_tcp_direct_fn / tw_tcp_lane_poll) is the only one touching the
-     * base, so libevent's own lock would only cost a mutex pair per pass. */
+     * base, so libevent's own lock would only cost a mutex pair per pass;
+     * and no libevent timer is used (the tick is a timerfd), so its time
+     * cache would only cost a clock read per pass. */
     struct event_config *ecfg = event_config_new();
-    if (ecfg == NULL || event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK) != 0) {
+    if (ecfg == NULL ||
+        event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK | EVENT_BASE_FLAG_NO_CACHE_TIME) != 0) {
         if (ecfg != NULL) {
             event_config_free(ecfg);
         }
