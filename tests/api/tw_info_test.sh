@@ -5,7 +5,7 @@
 # the environment sets, and warns about an unknown TW_* variable.
 set -euo pipefail
 out=$(TW_WAIT_MODE=spin TW_NO_SUCH_KNOB=1 "$1" 2>&1)
-for want in "self   available" "shm    available" "rndv" "TW_SHM_CELLS" "TW_SHM_CMA" "TW_TCP_IF" "TW_TCP_TIMEOUT" "TW_TCP_THREADS" "socket0: cpus" "TW_WAIT_MODE" "[set: spin]" "TW_LOG_LEVEL" \
+for want in "self   available" "shm    available" "rndv" "TW_SHM_CELLS" "TW_SHM_CMA" "TW_TCP_IF" "TW_TCP_AF" "TW_TCP_TIMEOUT" "TW_TCP_THREADS" "socket0: cpus" "TW_WAIT_MODE" "[set: spin]" "TW_LOG_LEVEL" \
             "TW_PROGRESS_RING" "unknown environment variable TW_NO_SUCH_KNOB" \
             "1 unknown TW_\* variable"; do
   grep -q -- "$want" <<<"$out" || { echo "tw_info output lacks '$want':"; echo "$out"; exit 1; }

@@ -159,6 +159,7 @@ enum {
 
 typedef struct tw_tcp_cfg {
     char ifs[TW_CFG_STRLEN];
+    char af[TW_CFG_STRLEN];
     uint64_t timeout_ns;
     int threads;
 } tw_tcp_cfg_t;
@@ -170,6 +171,12 @@ static const tw_cfg_entry_t tw_tcp_cfg_entries[] = {
      .help = "tcp transport: interfaces to listen on (comma list, e.g. eth0,ib0); empty = "
              "loopback when every rank is on this node, else every non-loopback address",
      .offset = offsetof(tw_tcp_cfg_t, ifs)},
+    {.name = "TW_TCP_AF",
+     .type = TW_CFG_STRING,
+     .defval = "inet,inet6",
+     .help = "tcp transport: address families to listen on and dial, in order of preference "
+             "(inet, inet6)",
+     .offset = offsetof(tw_tcp_cfg_t, af)},
     {.name = "TW_TCP_TIMEOUT",
      .type = TW_CFG_DURATION,
      .defval = "10s",
@@ -1690,18 +1697,49 @@ static bool tw_tcp_if_listed(const char *list, const char *name)
 
 /* Where to listen: TW_TCP_IF's interfaces, or loopback for a job on one
  * node, or every non-loopback address. */
+/* TW_TCP_AF: the families in order of preference (AF_INET, AF_INET6). */
+static int tw_tcp_parse_af(const char *text, int fam[2])
+{
+    char buf[TW_CFG_STRLEN];
+    char *save = NULL;
+    int n = 0;
+
+    snprintf(buf, sizeof(buf), "%s", text);
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+        int f = strcmp(t, "inet") == 0 ? AF_INET : strcmp(t, "inet6") == 0 ? AF_INET6 : -1;
+        if (f < 0 || n == 2 || (n == 1 && fam[0] == f)) {
+            return 0;
+        }
+        fam[n++] = f;
+    }
+    return n;
+}
+
 static tw_status_t tw_tcp_pick_addrs(tw_tcp_iface_t *tcp, const tw_tl_params_t *params)
 {
     const char *list = tcp->cfg.ifs;
     bool local = list[0] == '\0' && params->local_size == params->size;
     struct ifaddrs *ifs = NULL;
     char seen[256] = "";
+    int fam[2], nfam = tw_tcp_parse_af(tcp->cfg.af, fam);
 
+    if (nfam == 0) {
+        tw_error("tcp", "TW_TCP_AF='%s': want inet, inet6, or both in order of preference",
+                 tcp->cfg.af);
+        return TW_ERR_INVALID;
+    }
     if (local) {
-        struct sockaddr_in *in = (struct sockaddr_in *)&tcp->addrs[0].ss;
-        *in =
-            (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        tcp->addrs[0].len = sizeof(*in);
+        /* One node: the loopback address of the preferred family. */
+        if (fam[0] == AF_INET) {
+            struct sockaddr_in *in = (struct sockaddr_in *)&tcp->addrs[0].ss;
+            *in = (struct sockaddr_in){.sin_family = AF_INET,
+                                       .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            tcp->addrs[0].len = sizeof(*in);
+        } else {
+            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&tcp->addrs[0].ss;
+            *in6 = (struct sockaddr_in6){.sin6_family = AF_INET6, .sin6_addr = in6addr_loopback};
+            tcp->addrs[0].len = sizeof(*in6);
+        }
         tcp->naddrs = 1;
         return TW_OK;
     }
@@ -1709,41 +1747,44 @@ static tw_status_t tw_tcp_pick_addrs(tw_tcp_iface_t *tcp, const tw_tl_params_t *
         tw_error("tcp", "getifaddrs failed: %m");
         return TW_ERR_TRANSPORT;
     }
-    for (struct ifaddrs *i = ifs; i != NULL && tcp->naddrs < TW_TCP_MAX_ADDRS; i = i->ifa_next) {
-        const struct sockaddr *sa = i->ifa_addr;
-        tw_tcp_addr_t *a = &tcp->addrs[tcp->naddrs];
+    for (int k = 0; k < nfam; k++) {
+        for (struct ifaddrs *i = ifs; i != NULL && tcp->naddrs < TW_TCP_MAX_ADDRS;
+             i = i->ifa_next) {
+            const struct sockaddr *sa = i->ifa_addr;
+            tw_tcp_addr_t *a = &tcp->addrs[tcp->naddrs];
 
-        if (sa == NULL || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) {
-            continue;
+            if (sa == NULL || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) {
+                continue;
+            }
+            if (strlen(seen) + strlen(i->ifa_name) + 2 < sizeof(seen) &&
+                strstr(seen, i->ifa_name) == NULL) {
+                strcat(seen, seen[0] != '\0' ? "," : "");
+                strcat(seen, i->ifa_name);
+            }
+            if (!(i->ifa_flags & IFF_UP) || sa->sa_family != fam[k]) {
+                continue;
+            }
+            if (list[0] != '\0' ? !tw_tcp_if_listed(list, i->ifa_name)
+                                : (i->ifa_flags & IFF_LOOPBACK) != 0) {
+                continue;
+            }
+            if (sa->sa_family == AF_INET6 &&
+                IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr)) {
+                continue; /* needs a scope id the peers cannot use */
+            }
+            a->len =
+                sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+            memset(&a->ss, 0, sizeof(a->ss));
+            memcpy(&a->ss, sa, a->len);
+            tcp->naddrs++;
         }
-        if (strlen(seen) + strlen(i->ifa_name) + 2 < sizeof(seen) &&
-            strstr(seen, i->ifa_name) == NULL) {
-            strcat(seen, seen[0] != '\0' ? "," : "");
-            strcat(seen, i->ifa_name);
-        }
-        if (!(i->ifa_flags & IFF_UP)) {
-            continue;
-        }
-        if (list[0] != '\0' ? !tw_tcp_if_listed(list, i->ifa_name)
-                            : (i->ifa_flags & IFF_LOOPBACK) != 0) {
-            continue;
-        }
-        if (sa->sa_family == AF_INET6 &&
-            IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr)) {
-            continue; /* needs a scope id the peers cannot use */
-        }
-        a->len =
-            sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-        memset(&a->ss, 0, sizeof(a->ss));
-        memcpy(&a->ss, sa, a->len);
-        tcp->naddrs++;
     }
     freeifaddrs(ifs);
     if (tcp->naddrs == 0) {
         tw_error("tcp",
                  "no address to listen on: TW_TCP_IF='%s' matches no interface that is up "
-                 "with an IPv4 or global IPv6 address (interfaces here: %s)",
-                 list, seen);
+                 "with an address of TW_TCP_AF='%s' (IPv6: global scope) (interfaces here: %s)",
+                 list, tcp->cfg.af, seen);
         return TW_ERR_TRANSPORT;
     }
     return TW_OK;
