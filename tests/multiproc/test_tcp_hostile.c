@@ -10,8 +10,11 @@
  *     job of another size, random bytes, and a HELLO claiming idle rank 3
  *     followed by a PROVE with a wrong proof;
  *   rank 3 stays idle.
+ *   then, with the job key, a full handshake claiming rank 3 and a frame
+ *   header whose payload length is 2^63 (to rank 0) or SIZE_MAX (rank 1).
  * Ranks 0 and 1 must go on intact, never stall more than 1 s, count every
- * refused handshake (tw_stats "refused"), and call no error handler.
+ * refused handshake (tw_stats "refused") and the bad frame, and call the
+ * error handler once: for "rank 3", whose connection sent the bad frame.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -37,9 +40,12 @@
 
 static atomic_int handler_calls;
 
+static atomic_int failed_peer = -1;
+
 static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *what, void *arg)
 {
-    (void)ctx, (void)peer, (void)err, (void)what, (void)arg;
+    (void)ctx, (void)err, (void)what, (void)arg;
+    atomic_store(&failed_peer, peer);
     atomic_fetch_add(&handler_calls, 1);
 }
 
@@ -120,10 +126,41 @@ static void attack(tw_context_t *ctx, int victim)
     char c;
     TWT_CHECKF(recv(fd, &c, 1, 0) <= 0, "a wrong proof was not refused");
     close(fd);
+    /* With the job key (a rank gone rogue): a full handshake as idle rank
+     * 3, then a frame header whose payload length is 2^63 (victim 0) or
+     * SIZE_MAX (victim 1). The victim counts a bad frame and fails rank 3
+     * -- it read and allocated nothing for it. */
+    tw_tcp_hs_t w;
+    tw_tcp_frame_t bad = {
+        .type = TW_TCP_FRAME_AM, .am_id = 1, .len = victim == 0 ? 1ull << 63 : SIZE_MAX};
+    uint8_t frame[TW_TCP_FRAME_LEN];
+    fd = dial(port);
+    got = 0;
+    hs.type = TW_TCP_HS_HELLO;
+    hs.proof = 0;
+    twt_fill(hs.nonce, sizeof(hs.nonce), 99);
+    tw_tcp_hs_pack(&hs, m);
+    TWT_CHECK(send(fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m));
+    while (got < sizeof(welcome)) {
+        ssize_t r = recv(fd, welcome + got, sizeof(welcome) - got, 0);
+        TWT_CHECKF(r > 0, "no WELCOME for rank 3's HELLO");
+        got += (size_t)r;
+    }
+    TWT_EQ(tw_tcp_hs_parse(welcome, sizeof(welcome), TW_TCP_HS_WELCOME, 4, &w, NULL), TW_OK);
+    hs.type = TW_TCP_HS_PROVE;
+    hs.proof = tw_tcp_hs_proof(key, 'C', w.nonce, hs.nonce, (uint32_t)victim, 3);
+    tw_tcp_hs_pack(&hs, m);
+    TWT_CHECK(send(fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m));
+    tw_tcp_frame_pack(&bad, frame);
+    TWT_CHECK(send(fd, frame, sizeof(frame), MSG_NOSIGNAL) == (ssize_t)sizeof(frame));
+    TWT_CHECKF(recv(fd, &c, 1, 0) <= 0, "a frame of length %#llx was not refused",
+               (unsigned long long)bad.len);
+    close(fd);
     /* bad magic, bad version, other job size, random, wrong proof, and
      * the silent one: BAD_PER_RANK refusals. */
-    printf("rank 2: %u connect-and-close and %d bad handshakes against rank %d\n", n, BAD_PER_RANK,
-           victim);
+    printf("rank 2: %u connect-and-close, %d bad handshakes and a frame of length %#llx against "
+           "rank %d\n",
+           n, BAD_PER_RANK, (unsigned long long)bad.len, victim);
 }
 
 static void wait_one(tw_cq_t *cq, tw_completion_t *c)
@@ -186,7 +223,13 @@ int main(void)
         uint64_t refused = tw_stats_read(tw_mp_tcp_iface(ctx)->stats, TW_TL_STAT_REFUSED);
         TWT_CHECKF(refused >= BAD_PER_RANK, "rank %d counted %llu refused handshakes, want %d", me,
                    (unsigned long long)refused, BAD_PER_RANK);
-        TWT_EQ(atomic_load(&handler_calls), 0);
+        /* The rogue "rank 3" was failed once; nothing else was. */
+        TWT_EQ(tw_stats_read(tw_mp_tcp_iface(ctx)->stats, TW_TL_STAT_BAD_FRAMES), 1);
+        for (int i = 0; i < 100 && atomic_load(&handler_calls) == 0; i++) {
+            usleep(10000);
+        }
+        TWT_EQ(atomic_load(&handler_calls), 1);
+        TWT_EQ(atomic_load(&failed_peer), 3);
         printf("rank %d: %d intact exchanges with rank %d during the attack; %llu refused\n", me,
                round, peer, (unsigned long long)refused);
     }
