@@ -124,12 +124,13 @@ ompi() {
   esac
   [ -n "$row" ] || fail "mpirun mpi_pingpong ${ompi_args[$1]}"
 }
-# tw KIND OPTIONS...: tw_perf, 2 processes; the value from the 'all' row of
+# tw KIND OPTIONS...: tw_perf, 2 processes, one per CPU like the peers
+# (twrun --bind core); the value from the 'all' row of
 # its CSV: test,size,threads,thread,iters,warmup,window,median,avg,min,max,bw,rate.
 tw() {
   local kind=$1 row
   shift
-  row=$(hiprio env "${tw_env[@]}" timeout 120 "$twrun" -n 2 "$perf" --csv "$@" 2>"$log" |
+  row=$(hiprio env "${tw_env[@]}" timeout 120 "$twrun" -n 2 --bind core "$perf" --csv "$@" 2>"$log" |
     awk -F, '$4 == "all"') || true
   case $kind in
     lat) awk -F, '{print $8}' <<<"$row" ;;

@@ -3,7 +3,7 @@
 /*
  * twrun: the embedded local launcher.
  *
- *   twrun -n N [--keep-going] [--] PROGRAM [ARGS...]
+ *   twrun -n N [--keep-going] [--bind core|none] [--] PROGRAM [ARGS...]
  *
  * Forks N local processes and gives each, in its environment, TW_RANK,
  * TW_SIZE, TW_LOCAL_RANK, TW_LOCAL_SIZE, a random 128-bit TW_JOB_KEY and
@@ -19,7 +19,9 @@
  * every rank. The exit status is the first failure's (exit code, or 128 +
  * signal number), 0 when every rank exited 0. Once all ranks are gone it
  * removes shared-memory segments of the job that a rank killed early in
- * tw_init left in /dev/shm.
+ * tw_init left in /dev/shm. --bind core pins rank r to the r-th CPU (modulo
+ * their count) of those twrun may use, as mpirun --bind-to core does; the
+ * progress threads of a rank still bind to their CPU socket (tw_topo).
  *
  * Wire protocol on TW_BOOT_ADDR (little-endian, all lengths checked):
  *   request  u32 op | u32 rank | u32 len | len bytes
@@ -34,6 +36,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -83,10 +86,12 @@ static char sockdir[64], sockpath[100]; /* sun_path holds 108 */
 static void usage(FILE *out, const char *argv0)
 {
     fprintf(out,
-            "usage: %s -n N [--keep-going] [--] PROGRAM [ARGS...]\n"
+            "usage: %s -n N [--keep-going] [--bind core|none] [--] PROGRAM [ARGS...]\n"
             "  -n, --np N       start N local processes (ranks 0..N-1), 1..%d\n"
             "  -k, --keep-going when a rank dies, let the others go on (fault-tolerant\n"
             "                   jobs); the exit status still reports the death\n"
+            "  -b, --bind WHAT  core: pin rank r to the r-th usable CPU (modulo their\n"
+            "                   count); none (default): leave placement to the kernel\n"
             "  -h, --help       this text\n"
             "Each rank gets TW_RANK, TW_SIZE, TW_LOCAL_RANK, TW_LOCAL_SIZE, TW_JOB_KEY\n"
             "and TW_BOOT_ADDR in its environment. Ranks die with twrun; when a rank\n"
@@ -291,9 +296,11 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"np", required_argument, NULL, 'n'},
                                          {"keep-going", no_argument, NULL, 'k'},
+                                         {"bind", required_argument, NULL, 'b'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    bool keep_going = false;
+    bool keep_going = false, bind_core = false;
+    cpu_set_t usable;
     int opt, lfd, sfd, exit_code = 0;
     unsigned char key[16];
     char keyhex[33];
@@ -301,13 +308,20 @@ int main(int argc, char **argv)
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     struct timespec stop_at = {0, 0};
 
-    while ((opt = getopt_long(argc, argv, "+n:kh", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+n:kb:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'n':
             nranks = atoi(optarg);
             break;
         case 'k':
             keep_going = true;
+            break;
+        case 'b':
+            if (strcmp(optarg, "core") != 0 && strcmp(optarg, "none") != 0) {
+                fprintf(stderr, "twrun: --bind %s: want core or none\n", optarg);
+                return 2;
+            }
+            bind_core = strcmp(optarg, "core") == 0;
             break;
         case 'h':
             usage(stdout, argv[0]);
@@ -356,6 +370,10 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    if (bind_core && sched_getaffinity(0, sizeof(usable), &usable) != 0) {
+        perror("twrun: sched_getaffinity");
+        return 1;
+    }
     pid_t self = getpid();
     for (int r = 0; r < nranks; r++) {
         pid_t pid = fork();
@@ -371,6 +389,22 @@ int main(int argc, char **argv)
                 _exit(127); /* twrun died before we armed the lifeline */
             }
             sigprocmask(SIG_UNBLOCK, &mask, NULL);
+            if (bind_core) {
+                /* The (r mod count)-th CPU twrun may use. */
+                int want = r % CPU_COUNT(&usable), seen = 0;
+                for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+                    if (CPU_ISSET(cpu, &usable) && seen++ == want) {
+                        cpu_set_t one;
+                        CPU_ZERO(&one);
+                        CPU_SET(cpu, &one);
+                        if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+                            fprintf(stderr, "twrun: cannot bind rank %d to cpu %d: %s\n", r, cpu,
+                                    strerror(errno));
+                        }
+                        break;
+                    }
+                }
+            }
             snprintf(num, sizeof(num), "%d", r);
             setenv("TW_RANK", num, 1);
             setenv("TW_LOCAL_RANK", num, 1);

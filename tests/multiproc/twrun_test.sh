@@ -78,5 +78,18 @@ if [ -n "$demo" ]; then
   echo "ok: tw_init joins twrun -n 1 and -n 2"
 fi
 
+# --bind core: rank r on the r-th usable CPU; a bad value is a usage error.
+ncpu=$(nproc)
+out=$("$twrun" -n 2 --bind core -- sh -c 'echo "rank $TW_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' 2>&1) ||
+  fail "twrun --bind core: $out"
+if [ "$ncpu" -ge 2 ]; then
+  [ "$(grep -c -E '^rank [01] [0-9]+$' <<<"$out")" = 2 ] || fail "--bind core: not one CPU per rank: $out"
+  [ "$(awk '{print $3}' <<<"$out" | sort -u | wc -l)" = 2 ] || fail "--bind core: ranks share a CPU: $out"
+fi
+rc=0
+"$twrun" -n 1 --bind socket true 2>/dev/null || rc=$?
+[ "$rc" = 2 ] || fail "--bind socket exited $rc, want 2"
+echo "ok: --bind core pins each rank to its own CPU"
+
 [ "$(leftover)" -le "$dirs0" ] || fail "socket directory left in /tmp"
 echo "twrun: all checks passed"
