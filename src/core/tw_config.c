@@ -190,7 +190,7 @@ static bool parse_size(const tw_cfg_entry_t *e, const char *text, size_t *v_p)
     return true;
 }
 
-static bool parse_duration(const char *text, uint64_t *ns_p)
+bool tw_cfg_parse_duration(const char *text, uint64_t *ns_p)
 {
     static const tw_cfg_unit_t units[] = {
         {"", 1000}, /* bare number: microseconds */
@@ -335,7 +335,7 @@ static tw_status_t cfg_parse(const tw_cfg_entry_t *e, const char *text, tw_cfg_v
         ok = parse_size(e, text, &v->z);
         break;
     case TW_CFG_DURATION:
-        ok = parse_duration(text, &v->u);
+        ok = tw_cfg_parse_duration(text, &v->u);
         break;
     case TW_CFG_ENUM:
         ok = parse_enum(e, text, &v->i);

@@ -61,6 +61,10 @@ tw_status_t tw_cfg_apply_env(const tw_cfg_table_t *table, void *dst);
  */
 tw_status_t tw_cfg_parse_value(const tw_cfg_entry_t *e, const char *text, void *dst);
 
+/** Parse a duration ("250ms", "2s", "10us", "500ns"; a bare number is
+ * microseconds) into nanoseconds, without logging. False: not one. */
+bool tw_cfg_parse_duration(const char *text, uint64_t *ns_p);
+
 /**
  * Warn once per call about each TW_* environment variable that no table
  * in @p tables names. Returns the number of unknown variables.

@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# src/transports/lossy unit tests (TW_FAULT parser and decisions; tests/fuzz
+# fuzzes the same parser).
+tw_add_test(NAME fault_spec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fault.c
+            LABELS unit INTERNAL TIMEOUT 60)
