@@ -1477,7 +1477,16 @@ int main(int argc, char **argv)
     }
     rc = EXIT_OK;
     if (g_opts.stats) {
-        (void)tw_stats_print(g_ctx, stderr);
+        /* One write per rank, so the ranks' reports do not interleave. */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&text, &len);
+        if (mem != NULL) {
+            (void)tw_stats_print(g_ctx, mem);
+            fclose(mem);
+            fwrite(text, 1, len, stderr);
+            free(text);
+        }
     }
 out_finalize:
     if ((st = tw_finalize(g_ctx)) != TW_OK) {
