@@ -1486,6 +1486,8 @@ int main(int argc, char **argv)
             fclose(mem);
             fwrite(text, 1, len, stderr);
             free(text);
+        } else {
+            fprintf(stderr, "tw_perf: --stats: cannot buffer the report: %s\n", strerror(errno));
         }
     }
 out_finalize:

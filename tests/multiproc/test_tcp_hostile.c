@@ -81,6 +81,23 @@ static bool sent_then_closed(uint16_t port, const void *buf, size_t len, int ms)
     return closed;
 }
 
+/* Dial @p port, send HELLO @p hello, read the whole WELCOME into @p welcome;
+ * returns the connection. */
+static int hello_welcome(uint16_t port, const uint8_t hello[TW_TCP_HS_LEN],
+                         uint8_t welcome[TW_TCP_HS_LEN])
+{
+    int fd = dial(port);
+    size_t got = 0;
+
+    TWT_CHECK(send(fd, hello, TW_TCP_HS_LEN, MSG_NOSIGNAL) == (ssize_t)TW_TCP_HS_LEN);
+    while (got < TW_TCP_HS_LEN) {
+        ssize_t r = recv(fd, welcome + got, TW_TCP_HS_LEN - got, 0);
+        TWT_CHECKF(r > 0, "no WELCOME for a well-formed HELLO");
+        got += (size_t)r;
+    }
+    return fd;
+}
+
 static void attack(tw_context_t *ctx, int victim)
 {
     uint16_t port = tw_tcp_test_peer_port(tw_mp_tcp_iface(ctx), victim);
@@ -109,16 +126,9 @@ static void attack(tw_context_t *ctx, int victim)
     twt_fill(m, sizeof(m), 12345);
     TWT_CHECK(sent_then_closed(port, m, sizeof(m), 3000));
     /* HELLO as idle rank 3, then a PROVE with a wrong proof. */
-    int fd = dial(port);
     uint8_t welcome[TW_TCP_HS_LEN];
-    size_t got = 0;
     tw_tcp_hs_pack(&hs, m);
-    TWT_CHECK(send(fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m));
-    while (got < sizeof(welcome)) {
-        ssize_t r = recv(fd, welcome + got, sizeof(welcome) - got, 0);
-        TWT_CHECKF(r > 0, "no WELCOME for a well-formed HELLO");
-        got += (size_t)r;
-    }
+    int fd = hello_welcome(port, m, welcome);
     hs.type = TW_TCP_HS_PROVE;
     hs.proof = 0x1234;
     tw_tcp_hs_pack(&hs, m);
@@ -134,18 +144,11 @@ static void attack(tw_context_t *ctx, int victim)
     tw_tcp_frame_t bad = {
         .type = TW_TCP_FRAME_AM, .am_id = 1, .len = victim == 0 ? 1ull << 63 : SIZE_MAX};
     uint8_t frame[TW_TCP_FRAME_LEN];
-    fd = dial(port);
-    got = 0;
     hs.type = TW_TCP_HS_HELLO;
     hs.proof = 0;
     twt_fill(hs.nonce, sizeof(hs.nonce), 99);
     tw_tcp_hs_pack(&hs, m);
-    TWT_CHECK(send(fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m));
-    while (got < sizeof(welcome)) {
-        ssize_t r = recv(fd, welcome + got, sizeof(welcome) - got, 0);
-        TWT_CHECKF(r > 0, "no WELCOME for rank 3's HELLO");
-        got += (size_t)r;
-    }
+    fd = hello_welcome(port, m, welcome);
     TWT_EQ(tw_tcp_hs_parse(welcome, sizeof(welcome), TW_TCP_HS_WELCOME, 4, &w, NULL), TW_OK);
     hs.type = TW_TCP_HS_PROVE;
     hs.proof = tw_tcp_hs_proof(key, 'C', w.nonce, hs.nonce, (uint32_t)victim, 3);

@@ -87,8 +87,9 @@
  * complete once the socket took them.
  *
  * Left out (docs/tcp-plan.md): a sender-side rendezvous (so a send
- * completes only once received), a frame pool (each send allocates its
- * frame from jemalloc's thread cache).
+ * completes only once received); a pool for frames handed to a busy
+ * engine (only the lock holder uses a lane's pool, so those frames come
+ * from jemalloc's thread cache).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -805,6 +806,10 @@ static tw_status_t tw_tcp_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *
         }
         tw_backoff_wait(&b);
     }
+    if (st != TW_OK) {
+        tw_error("tcp", "cannot hand a receive of rank %d's message to lane %d: %s", h->peer,
+                 lane->index, tw_strerror(st));
+    }
     return st;
 }
 
@@ -1438,6 +1443,27 @@ static tw_status_t tw_tcp_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id
 
 /* ---- failure ------------------------------------------------------------------ */
 
+/* Close every connection of @p ep and complete its queued frames with @p st. */
+static void tw_tcp_ep_close(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep, tw_status_t st)
+{
+    if (ep->conn != NULL) {
+        tw_tcp_conn_close(ep->conn);
+    }
+    if (ep->pending != NULL) {
+        tw_tcp_conn_close(ep->pending);
+    }
+    if (ep->accepting != NULL) {
+        tw_tcp_conn_close(ep->accepting);
+    }
+    while (ep->head != NULL) {
+        tw_tcp_frame_out_t *f = ep->head;
+        ep->head = f->next;
+        tw_tcp_frame_done(lane, f, st);
+    }
+    ep->tail = NULL;
+    ep->queued = 0;
+}
+
 static void tw_tcp_fail_peer(tw_tcp_lane_t *lane, int peer, tw_status_t why, const char *what)
 {
     tw_tcp_iface_t *tcp = lane->tcp;
@@ -1454,22 +1480,7 @@ static void tw_tcp_fail_peer(tw_tcp_lane_t *lane, int peer, tw_status_t why, con
         tw_error("tcp", "rank %d failed: %s; its operations complete with TW_ERR_PEER_FAILED", peer,
                  what);
     }
-    if (ep->conn != NULL) {
-        tw_tcp_conn_close(ep->conn);
-    }
-    if (ep->pending != NULL) {
-        tw_tcp_conn_close(ep->pending);
-    }
-    if (ep->accepting != NULL) {
-        tw_tcp_conn_close(ep->accepting);
-    }
-    while (ep->head != NULL) {
-        tw_tcp_frame_out_t *f = ep->head;
-        ep->head = f->next;
-        tw_tcp_frame_done(lane, f, TW_ERR_PEER_FAILED);
-    }
-    ep->tail = NULL;
-    ep->queued = 0;
+    tw_tcp_ep_close(lane, ep, TW_ERR_PEER_FAILED);
     if (ep->reparse) {
         ep->reparse = false;
         lane->nreparse--;
@@ -2020,11 +2031,13 @@ static tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_para
         if (ecfg != NULL) {
             event_config_free(ecfg);
         }
+        tw_error("tcp", "cannot configure an event base for lane %d", k);
         return TW_ERR_NOMEM;
     }
     lane->base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
     if (lane->base == NULL) {
+        tw_error("tcp", "cannot make an event base for lane %d", k);
         return TW_ERR_NOMEM;
     }
     for (int a = 0; a < tcp->naddrs; a++) {
@@ -2200,21 +2213,7 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
     }
     if (tcp->eps != NULL && tcp->lanes != NULL) {
         for (int r = 0; r < iface->size; r++) {
-            tw_tcp_ep_t *ep = &tcp->eps[r];
-            if (ep->conn != NULL) {
-                tw_tcp_conn_close(ep->conn);
-            }
-            if (ep->pending != NULL) {
-                tw_tcp_conn_close(ep->pending);
-            }
-            if (ep->accepting != NULL) {
-                tw_tcp_conn_close(ep->accepting);
-            }
-            while (ep->head != NULL) {
-                tw_tcp_frame_out_t *f = ep->head;
-                ep->head = f->next;
-                tw_tcp_frame_done(tw_tcp_lane_of(tcp, r), f, TW_ERR_CANCELED);
-            }
+            tw_tcp_ep_close(tw_tcp_lane_of(tcp, r), &tcp->eps[r], TW_ERR_CANCELED);
         }
     }
     if (tcp->eps != NULL) {
