@@ -235,7 +235,7 @@ struct tw_tl_rndv {
     void *dst;          /* then here, once rndv_get came */
     size_t dst_len;
     tw_tl_comp_t *comp;
-    bool have_get, done, failed, in_cb;
+    bool have_get, done, failed;
     /* rndv_get from another thread: its arguments, applied by the lane */
     void *get_dst;
     size_t get_len;
@@ -775,6 +775,12 @@ static void tw_tcp_rndv_apply(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_comp
     h->comp = comp;
 }
 
+/* The handle whose announcement this thread is delivering: a receive that
+ * matches inside recv_rndv applies at once. Thread-local, not a field of the
+ * handle: once announced, the handle is visible to other threads, which
+ * must not read a flag its lane is still writing. */
+static __thread tw_tl_rndv_t *tw_tcp_announcing;
+
 static void tw_tcp_rndv_apply_cmd(void *arg, void *data, uint64_t u64)
 {
     tw_tl_rndv_t *h = data;
@@ -792,7 +798,7 @@ static tw_status_t tw_tcp_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *
     tw_status_t st;
 
     (void)iface;
-    if (h->in_cb || tw_pe_is_owner(lane->pe)) {
+    if (tw_tcp_announcing == h || tw_pe_is_owner(lane->pe)) {
         tw_tcp_rndv_apply(h, dst, len, comp);
         return TW_OK;
     }
@@ -836,9 +842,10 @@ static bool tw_tcp_rndv_begin(tw_tcp_conn_t *c, uint8_t am_id, const unsigned ch
     c->rx = h;
     tw_stats_inc(tcp->super.stats, TW_TL_STAT_RX_MSGS);
     lane->events++;
-    h->in_cb = true;
+    tw_tl_rndv_t *outer = tw_tcp_announcing;
+    tw_tcp_announcing = h;
     tcp->super.recv_rndv(tcp->super.recv_arg, c->peer, am_id, hdr, hdr_len, len, h);
-    h->in_cb = false;
+    tw_tcp_announcing = outer;
     if (!h->have_get && (h->buf = tw_malloc(len)) == NULL) {
         /* Bounded by TW_TCP_MAX_LEN (the parser checked it). */
         tw_error("tcp", "out of memory staging a %zu-byte message from rank %d", len, c->peer);
