@@ -1013,7 +1013,13 @@ static bool tw_tcp_read(tw_tcp_conn_t *c)
         }
         if (c->in_len == c->in_cap && c->in_cap > 0) {
             /* Full of frames a worker left for the engine (complete frames
-             * are otherwise consumed): the engine reads on. */
+             * are otherwise consumed): the engine reads on. End this
+             * event_base_loop pass: the socket stays readable, and
+             * EVLOOP_NONBLOCK goes round again as long as a dispatch finds
+             * active events, so the worker would call us back forever
+             * while holding the engine's lock -- and only the engine can
+             * empty this buffer. */
+            event_base_loopbreak(lane->base);
             return true;
         }
         if (c->in_cap - c->in_len < 4096 && c->in_cap < (1u << 20)) {
