@@ -6,7 +6,8 @@
  * the narrower key winning, every rejection) and the decisions (the same
  * seed gives the same faults; paths have streams of their own; measured
  * rates match the asked ones; corrupt bits stay inside the frame; reorder
- * holds stay inside the window; blackhole and kill start on time).
+ * holds stay inside the window; blackhole and kill start on time, and a
+ * blackhole with blackhole_for heals on time).
  */
 #include <string.h>
 
@@ -78,7 +79,14 @@ static void test_parse(void)
     TWT_EQ(s.blackhole_ns, 2000000000ull);
     TWT_EQ(s.kill_ns, 3500000000ull);
     TWT_EQ(s.seed, UINT64_MAX);
+    TWT_EQ(s.blackhole_len_ns, 0u); /* forever */
     TWT_CHECK(s.any);
+    s = parse_ok("blackhole_for=5ms,blackhole=1ms");
+    TWT_EQ(s.blackhole_ns, 1000000u);
+    TWT_EQ(s.blackhole_len_ns, 5000000u);
+    TWT_CHECK(s.any);
+    s = parse_ok("blackhole_for=5ms"); /* no blackhole to heal: nothing happens */
+    TWT_CHECK(!s.any);
     s = parse_ok(",,drop=0.5,,"); /* empty items are skipped */
     TWT_CHECK(s.any);
 
@@ -104,6 +112,8 @@ static void test_parse(void)
     parse_bad("seed=-1", "seed");
     parse_bad("blackhole=soon", "duration");
     parse_bad("kill=", "duration");
+    parse_bad("blackhole_for=forever", "duration");
+    parse_bad("blackhole_len=1ms", "blackhole_for");
 }
 
 static void test_determinism(void)
@@ -213,11 +223,44 @@ static void test_schedule(void)
     TWT_CHECK(d.corrupt && d.bit < 8);
 }
 
+/* blackhole=1ms,blackhole_for=5ms: silent in [1 ms, 6 ms) only; frames
+ * passing again draw the same values as before (the stream stays aligned). */
+static void test_blackhole_heal(void)
+{
+    tw_fault_spec_t s = parse_ok("blackhole=1ms,blackhole_for=5ms,drop=0.5,seed=3");
+    tw_fault_spec_t open_ended = parse_ok("drop=0.5,seed=3");
+    const uint64_t at[] = {0, 999999, 1000000, 3000000, 5999999, 6000000, 7000000, 1000000000};
+    const bool holed[] = {false, false, true, true, true, false, false, false};
+    tw_fault_rng_t a, b;
+
+    tw_fault_rng_init(&a, s.seed, 0, 1, TW_FAULT_RX);
+    tw_fault_rng_init(&b, s.seed, 0, 1, TW_FAULT_RX);
+    for (size_t i = 0; i < TWT_ARRAY_SIZE(at); i++) {
+        tw_fault_decision_t d, ref;
+        tw_fault_decide(&s, &a, TW_FAULT_RX, TW_FAULT_ACK, 32, at[i], &d);
+        tw_fault_decide(&open_ended, &b, TW_FAULT_RX, TW_FAULT_ACK, 32, at[i], &ref);
+        TWT_CHECK(!d.killed);
+        if (holed[i]) {
+            TWT_CHECKF(d.drop && !d.corrupt && !d.dup, "at %" PRIu64 " ns", at[i]);
+        } else {
+            TWT_CHECKF(d.drop == ref.drop && d.dup == ref.dup && d.corrupt == ref.corrupt &&
+                           d.bit == ref.bit && d.hold == ref.hold && d.delay_ns == ref.delay_ns,
+                       "at %" PRIu64 " ns", at[i]);
+        }
+    }
+    /* Without blackhole_for the hole never closes. */
+    s = parse_ok("blackhole=1ms");
+    tw_fault_decision_t d;
+    tw_fault_decide(&s, &a, TW_FAULT_TX, TW_FAULT_DATA, 32, UINT64_MAX, &d);
+    TWT_CHECK(d.drop);
+}
+
 int main(void)
 {
     test_parse();
     test_determinism();
     test_rates();
     test_schedule();
+    test_blackhole_heal();
     return 0;
 }

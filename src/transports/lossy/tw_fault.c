@@ -134,21 +134,18 @@ static tw_status_t tw_fault_item(tw_fault_spec_t *spec,
         spec->window = (unsigned)w;
         return TW_OK;
     }
-    if ((klen == 10 && strncmp(key, "delay_time", 10) == 0) ||
-        (klen == 9 && strncmp(key, "blackhole", 9) == 0) ||
-        (klen == 4 && strncmp(key, "kill", 4) == 0)) {
+    static const char *const dur_names[] = {"delay_time", "blackhole", "blackhole_for", "kill"};
+    uint64_t *const dur_fields[] = {&spec->delay_ns, &spec->blackhole_ns, &spec->blackhole_len_ns,
+                                    &spec->kill_ns};
+    int dur =
+        tw_fault_lookup(dur_names, (int)(sizeof(dur_names) / sizeof(dur_names[0])), key, klen);
+    if (dur >= 0) {
         uint64_t ns;
         if (!tw_fault_parse_dur(val, vlen, &ns)) {
             return tw_fault_bad(why, why_len, item, len,
                                 "want a duration with an ns|us|ms|s suffix (a bare number is us)");
         }
-        if (key[0] == 'd') {
-            spec->delay_ns = ns;
-        } else if (key[0] == 'b') {
-            spec->blackhole_ns = ns;
-        } else {
-            spec->kill_ns = ns;
-        }
+        *dur_fields[dur] = ns;
         return TW_OK;
     }
     /* [dir.][type.]kind */
@@ -168,7 +165,7 @@ static tw_status_t tw_fault_item(tw_fault_spec_t *spec,
     if (kind < 0) {
         return tw_fault_bad(why, why_len, item, len,
                             "unknown key (faults: drop, corrupt, dup, reorder, delay; also seed, "
-                            "window, delay_time, blackhole, kill)");
+                            "window, delay_time, blackhole, blackhole_for, kill)");
     }
     for (int k = 0; k < nparts - 1; k++) {
         int d = tw_fault_lookup(tw_fault_dir_names, TW_FAULT_NDIRS, parts[k], plen[k]);
@@ -291,7 +288,8 @@ void tw_fault_decide(const tw_fault_spec_t *spec, tw_fault_rng_t *rng, tw_fault_
         out->drop = true;
         return;
     }
-    if (spec->blackhole_ns != 0 && elapsed_ns >= spec->blackhole_ns) {
+    if (spec->blackhole_ns != 0 && elapsed_ns >= spec->blackhole_ns &&
+        (spec->blackhole_len_ns == 0 || elapsed_ns - spec->blackhole_ns < spec->blackhole_len_ns)) {
         out->drop = true;
         return;
     }

@@ -19,10 +19,14 @@
  *   window=N                reorder window, 1..64 frames (default 4)
  *   delay_time=D            how long a delayed frame waits (default 1ms)
  *   blackhole=D             from D after the path opened, drop every frame
+ *   blackhole_for=D         ... for D, then let frames pass again (the
+ *                           path heals: fail-back); absent or 0: forever;
+ *                           without blackhole=D it does nothing
  *   kill=D                  at D after the path opened, the path fails
  * D is a duration (ns, us, ms, s; a bare number is us). Example:
  *   TW_FAULT=drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=42
  *   TW_FAULT=rx.ack.drop=1,seed=7          (every incoming ack is lost)
+ *   TW_FAULT=blackhole=1s,blackhole_for=2s (silent from 1 s to 3 s)
  */
 #ifndef TW_FAULT_H
 #define TW_FAULT_H
@@ -58,9 +62,10 @@ typedef struct tw_fault_spec {
     uint64_t seed;
     unsigned window;
     uint64_t delay_ns;
-    uint64_t blackhole_ns; /* 0: never */
-    uint64_t kill_ns;      /* 0: never */
-    bool any;              /* some fault can happen */
+    uint64_t blackhole_ns;     /* 0: never */
+    uint64_t blackhole_len_ns; /* 0: forever (once started) */
+    uint64_t kill_ns;          /* 0: never */
+    bool any;                  /* some fault can happen */
 } tw_fault_spec_t;
 
 /** Parse @p text (NULL or "" = no faults) into @p spec, written only on
@@ -80,7 +85,7 @@ uint64_t tw_fault_rng_next(tw_fault_rng_t *rng);
 
 /** What happens to one frame. */
 typedef struct tw_fault_decision {
-    bool drop;         /* lost (also: blackholed) */
+    bool drop;         /* lost (also: blackholed, killed) */
     bool dup;          /* delivered twice */
     bool corrupt;      /* flip bit `bit` of the frame */
     size_t bit;        /* < frame_len * 8 */
