@@ -61,7 +61,10 @@ int main(int argc, char **argv)
     }
     printf("  %-6s unavailable (not in this build yet; libibverbs %s at build time)\n", "verbs",
            TW_HAVE_VERBS ? "found" : "not found");
-    printf("  %-6s unavailable (not in this build yet)\n\n", "lossy");
+    printf("  %-6s available   (a wrapper: fault injection on the others, with TW_FAULT)\n\n",
+           "lossy");
+    printf("reliability layer (TW_RELIABLE=1): checksums, acks, retransmission, failover between\n"
+           "  the transports above, keepalive; TW_REL_* tune it\n\n");
 
     printf("progress threads (TW_PROGRESS_THREADS=-1): one per CPU socket, %d here\n", npkg);
     for (int p = 0; p < npkg; p++) {

@@ -68,9 +68,9 @@ static pthread_key_t index_key;
 static bool index_key_ok; /* written once inside index_once */
 
 /* index + 1 of this thread; 0 = not assigned yet. */
-static __thread unsigned tls_index_plus1;
+static TW_TLS unsigned tls_index_plus1;
 /* Kernel tid of this thread; 0 = not read yet. */
-static __thread int tls_tid;
+static TW_TLS int tls_tid;
 
 static void index_release(unsigned idx)
 {

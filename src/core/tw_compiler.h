@@ -19,6 +19,10 @@
 #define TW_CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 #define TW_MIN(a, b)                       ((a) < (b) ? (a) : (b))
 #define TW_MAX(a, b)                       ((a) > (b) ? (a) : (b))
+/* Thread-locals of the library: initial-exec, a plain %fs-relative load
+ * instead of a __tls_get_addr call per access from the shared library
+ * (they are few and small; the library is linked, not dlopen'ed late). */
+#define TW_TLS __thread __attribute__((tls_model("initial-exec")))
 
 /* Clang -Wthread-safety annotations (no-ops elsewhere). */
 #if defined(__clang__)

@@ -9,7 +9,9 @@
 
 #include "core/tw_log.h"
 #include "progress/tw_cq.h"
+#include "reliability/tw_rel.h"
 #include "runtime/tw_context_int.h"
+#include "transports/lossy/tw_lossy.h"
 
 /* A buffer of @p len bytes at @p buf can exist: no object is larger than
  * PTRDIFF_MAX, and it must not wrap the address space. */
@@ -53,6 +55,9 @@ int tw_progress(tw_context_t *ctx)
     if (!impl->manual) {
         /* Progress threads own the engines and run AM handlers; while one
          * is idle, the caller may take tagged arrivals in itself. */
+        if (impl->rel != NULL) {
+            return tw_rel_poll(impl->rel);
+        }
         for (unsigned i = 0; i < impl->ntl; i++) {
             tw_tl_iface_t *iface = impl->ifaces[i];
             if (iface->ops->poll != tw_tl_stub_progress) {
@@ -211,6 +216,14 @@ tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
     for (unsigned i = 0; i < impl->ntl; i++) {
         fputs("  ", out);
         tw_stats_print_group(impl->ifaces[i]->stats, out);
+        if (tw_lossy_stats(impl->ifaces[i]) != NULL) {
+            fputs("  ", out);
+            tw_stats_print_group(tw_lossy_stats(impl->ifaces[i]), out);
+        }
+    }
+    if (impl->rel != NULL) {
+        fputs("  ", out);
+        tw_stats_print_group(tw_rel_stats(impl->rel), out);
     }
     fputs("  ", out);
     tw_stats_print_group(tw_msg_stats(impl->msg), out);

@@ -16,8 +16,12 @@
 #include "core/tw_time.h"
 #include "msg/tw_msg_proto.h"
 #include "progress/tw_cq.h"
+#include "reliability/tw_rel.h"
+#include "reliability/tw_rel_proto.h"
 #include "runtime/tw_boot.h"
 #include "runtime/tw_context_int.h"
+#include "transports/lossy/tw_fault.h"
+#include "transports/lossy/tw_lossy.h"
 #include "transports/shm/tw_shm.h"
 #include "transports/tcp/tw_tcp.h"
 
@@ -45,8 +49,23 @@ static const tw_cfg_entry_t tw_rt_cfg_entries[] = {
     {.name = "TW_RELIABLE",
      .type = TW_CFG_BOOL,
      .defval = "0",
-     .help = "reliability layer (checksums, acks, retransmission): not in this build yet",
+     .help = "reliability layer: checksums, acks, retransmission, failover (TW_REL_* tune it)",
      .offset = offsetof(tw_rt_cfg_t, reliable)},
+    {.name = "TW_FAULT",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "fault injection (testing): e.g. drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=42",
+     .offset = offsetof(tw_rt_cfg_t, fault)},
+    {.name = "TW_FAULT_ON",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "transports TW_FAULT applies to (comma list); empty = every one",
+     .offset = offsetof(tw_rt_cfg_t, fault_on)},
+    {.name = "TW_FAULT_RANKS",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "ranks in which TW_FAULT applies (comma list); empty = every one",
+     .offset = offsetof(tw_rt_cfg_t, fault_ranks)},
     {.name = "TW_SPIN_TIME",
      .type = TW_CFG_DURATION,
      .defval = "50us",
@@ -126,8 +145,9 @@ static const tw_cfg_table_t tw_boot_cfg_table = {
     .count = TW_ARRAY_SIZE(tw_boot_cfg_entries),
 };
 
-const tw_cfg_table_t *const tw_cfg_all_tables[] = {
-    &tw_core_cfg_table, &tw_rt_cfg_table, &tw_boot_cfg_table, &tw_shm_cfg_table, &tw_tcp_cfg_table};
+const tw_cfg_table_t *const tw_cfg_all_tables[] = {&tw_core_cfg_table, &tw_rt_cfg_table,
+                                                   &tw_boot_cfg_table, &tw_shm_cfg_table,
+                                                   &tw_tcp_cfg_table,  &tw_rel_cfg_table};
 const size_t tw_cfg_all_tables_count = TW_ARRAY_SIZE(tw_cfg_all_tables);
 
 /* ---- context shells -------------------------------------------------- */
@@ -249,6 +269,12 @@ static tw_status_t tw_ctx_configure(const tw_config_t *user, tw_rt_cfg_t *rc)
         tw_cfg_apply_env(&tw_rt_cfg_table, rc) != TW_OK) {
         return TW_ERR_INVALID;
     }
+    /* A bad TW_REL_* value is an error even with reliability off. */
+    tw_rel_cfg_t relc;
+    tw_cfg_set_defaults(&tw_rel_cfg_table, &relc);
+    if (tw_cfg_apply_env(&tw_rel_cfg_table, &relc) != TW_OK) {
+        return TW_ERR_INVALID;
+    }
     tw_log_set_level((tw_log_level_t)core.log_level);
     tw_cfg_warn_unknown(tw_cfg_all_tables, tw_cfg_all_tables_count);
     if ((rc->match_buckets & (rc->match_buckets - 1)) != 0) {
@@ -260,11 +286,6 @@ static tw_status_t tw_ctx_configure(const tw_config_t *user, tw_rt_cfg_t *rc)
         tw_error("init", "TW_PROGRESS_RING=%llu is not a power of two",
                  (unsigned long long)rc->pe_ring_depth);
         return TW_ERR_INVALID;
-    }
-    if (rc->reliable) {
-        tw_error("init", "reliability (TW_RELIABLE / tw_config_t.reliable) is not available in "
-                         "this build yet");
-        return TW_ERR_UNSUPPORTED;
     }
     return TW_OK;
 }
@@ -334,7 +355,7 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
  * names of transports not in this build are TW_ERR_UNSUPPORTED. */
 static tw_status_t tw_ctx_check_transports(const char *list)
 {
-    static const char *const later[] = {"verbs", "lossy"};
+    static const char *const later[] = {"verbs"};
     char buf[TW_CFG_STRLEN];
     char *save = NULL;
 
@@ -342,6 +363,11 @@ static tw_status_t tw_ctx_check_transports(const char *list)
     for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
         if (tw_tl_find(t) != NULL) {
             continue;
+        }
+        if (strcmp(t, "lossy") == 0) {
+            tw_error("init", "lossy wraps the other transports: set TW_FAULT (and TW_FAULT_ON), "
+                             "not TW_TRANSPORTS");
+            return TW_ERR_INVALID;
         }
         for (size_t i = 0; i < TW_ARRAY_SIZE(later); i++) {
             if (strcmp(t, later[i]) == 0) {
@@ -444,6 +470,47 @@ static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
     }
 }
 
+/* Is @p name in the comma list @p list (empty: everything)? */
+static bool tw_ctx_listed(const char *list, const char *name)
+{
+    char buf[TW_CFG_STRLEN];
+    char *save = NULL;
+
+    if (list[0] == '\0') {
+        return true;
+    }
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+        if (strcmp(t, name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Open transport @p ops, wrapped by the fault injector when TW_FAULT
+ * says so. */
+static tw_status_t tw_ctx_open_one(tw_ctx_impl_t *impl, const tw_tl_ops_t *ops,
+                                   const tw_tl_params_t *p, const tw_fault_spec_t *fault,
+                                   tw_tl_iface_t **iface_p)
+{
+    static uint8_t am_type[64];
+
+    char rank[16];
+
+    snprintf(rank, sizeof(rank), "%d", impl->rank);
+    if (fault == NULL || !tw_ctx_listed(impl->cfg.fault_on, ops->name) ||
+        !tw_ctx_listed(impl->cfg.fault_ranks, rank)) {
+        return ops->iface_open(p, iface_p);
+    }
+    am_type[TW_REL_AM_DATA] = TW_FAULT_DATA;
+    am_type[TW_REL_AM_ACK] = TW_FAULT_ACK;
+    am_type[TW_REL_AM_NACK] = TW_FAULT_NACK;
+    am_type[TW_REL_AM_CTRL] = TW_FAULT_CTRL;
+    tw_info("init", "transport %s: fault injection TW_FAULT=%s", ops->name, impl->cfg.fault);
+    return tw_lossy_open(ops, p, fault, am_type, iface_p);
+}
+
 static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
 {
     tw_tl_params_t p = {.rank = impl->rank,
@@ -460,7 +527,16 @@ static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
                         .local_rank = impl->local_rank,
                         .local_size = impl->local_size};
     char why[128];
+    tw_fault_spec_t fault;
+    bool faulty = false;
 
+    if (impl->cfg.fault[0] != '\0') {
+        if (tw_fault_parse(impl->cfg.fault, &fault, why, sizeof(why)) != TW_OK) {
+            tw_error("init", "TW_FAULT=%s: %s", impl->cfg.fault, why);
+            return TW_ERR_INVALID;
+        }
+        faulty = fault.any;
+    }
     for (size_t i = 0; tw_tl_all[i] != NULL && impl->ntl < TW_CTX_MAX_TL; i++) {
         const tw_tl_ops_t *ops = tw_tl_all[i];
         tw_tl_iface_t *iface;
@@ -477,10 +553,20 @@ static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
             tw_debug("init", "transport %s unavailable: %s", ops->name, why);
             continue;
         }
-        st = ops->iface_open(&p, &iface);
+        tw_tl_params_t pp = p;
+        if (impl->rel != NULL) {
+            tw_rel_path_params(impl->rel, impl->ntl, &pp);
+            if (strcmp(ops->name, "self") == 0) {
+                pp.inline_am_ids = 0; /* it would deliver inside rel's lock */
+            }
+        }
+        st = tw_ctx_open_one(impl, ops, &pp, faulty ? &fault : NULL, &iface);
         if (st != TW_OK) {
             tw_error("init", "cannot open transport %s: %s", ops->name, tw_strerror(st));
             return st;
+        }
+        if (impl->rel != NULL) {
+            tw_rel_set_path(impl->rel, impl->ntl, iface);
         }
         impl->ifaces[impl->ntl++] = iface;
         st = tw_pe_add(impl->pes[0], tw_ctx_iface_progress, iface, -1);
@@ -509,6 +595,16 @@ static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
 
     if (impl->boot == NULL) {
         return TW_OK; /* a job of one */
+    }
+    if (impl->rel != NULL) {
+        /* "rel" and our incarnation: peers drop frames of any other. */
+        uint32_t epoch = tw_rel_epoch(impl->rel);
+        blob[0] = 3;
+        memcpy(blob + 1, "rel", 3);
+        blob[4] = sizeof(epoch);
+        blob[5] = 0;
+        memcpy(blob + 6, &epoch, sizeof(epoch));
+        off = 6 + sizeof(epoch);
     }
     for (unsigned i = 0; i < impl->ntl; i++) {
         tw_tl_iface_t *iface = impl->ifaces[i];
@@ -542,6 +638,7 @@ static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
             return TW_ERR_BOOTSTRAP;
         }
         /* Walk the peer's blob; every length is checked. */
+        bool peer_rel = false;
         for (size_t o = 0; o < len;) {
             size_t nlen = blob[o], alen;
             if (o + 1 + nlen + 2 > len) {
@@ -552,6 +649,18 @@ static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
             if (o + 3 + nlen + alen > len) {
                 tw_error("init", "rank %d published a malformed address blob", peer);
                 return TW_ERR_BOOTSTRAP;
+            }
+            if (nlen == 3 && memcmp(blob + o + 1, "rel", 3) == 0) {
+                uint32_t epoch;
+                if (alen != sizeof(epoch)) {
+                    tw_error("init", "rank %d published a malformed address blob", peer);
+                    return TW_ERR_BOOTSTRAP;
+                }
+                memcpy(&epoch, blob + o + 3 + nlen, sizeof(epoch));
+                peer_rel = true;
+                if (impl->rel != NULL) {
+                    tw_rel_set_peer_epoch(impl->rel, peer, epoch);
+                }
             }
             for (unsigned i = 0; i < impl->ntl; i++) {
                 tw_tl_iface_t *iface = impl->ifaces[i];
@@ -567,6 +676,13 @@ static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
             }
             o += 3 + nlen + alen;
         }
+        if (peer_rel != (impl->rel != NULL)) {
+            tw_error("init",
+                     "rank %d runs with reliability %s and this rank %s: set TW_RELIABLE "
+                     "alike on every rank",
+                     peer, peer_rel ? "on" : "off", impl->rel != NULL ? "on" : "off");
+            return TW_ERR_INVALID;
+        }
     }
     if (tw_boot_fence(impl->boot, 60000) != TW_OK) {
         return TW_ERR_BOOTSTRAP;
@@ -578,6 +694,17 @@ static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
  * shm, ...) that reaches it. */
 static tw_status_t tw_ctx_route(tw_ctx_impl_t *impl)
 {
+    if (impl->rel != NULL) {
+        /* Every peer through rel, which picks among the transports. */
+        tw_status_t st = tw_rel_ready(impl->rel);
+        if (st != TW_OK) {
+            return st;
+        }
+        for (int peer = 0; peer < impl->size; peer++) {
+            tw_msg_set_route(impl->msg, peer, tw_rel_iface(impl->rel));
+        }
+        return TW_OK;
+    }
     for (int peer = 0; peer < impl->size; peer++) {
         tw_tl_iface_t *via = NULL;
         for (unsigned i = 0; i < impl->ntl && via == NULL; i++) {
@@ -645,6 +772,9 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
     /* Transports first: what they cancel completes through msg. */
     for (unsigned i = 0; i < impl->ntl; i++) {
         impl->ifaces[i]->ops->iface_close(impl->ifaces[i]);
+    }
+    if (impl->rel != NULL) {
+        tw_rel_destroy(impl->rel); /* before msg: its sends complete there */
     }
     if (impl->msg != NULL) {
         tw_msg_destroy(impl->msg);
@@ -719,6 +849,20 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
         goto err_shell;
     }
     impl->ctx = ctx;
+    if (impl->cfg.reliable) {
+        tw_rel_params_t rp = {.rank = impl->rank,
+                              .size = impl->size,
+                              .pe = impl->pes[0],
+                              .recv = tw_msg_recv_cb,
+                              .recv_arg = impl->msg,
+                              .inline_am_ids = 1ull << TW_MSG_AM_TAG,
+                              .peer_down = tw_ctx_peer_down,
+                              .peer_down_arg = impl};
+        st = tw_rel_create(&rp, &impl->rel);
+        if (st != TW_OK) {
+            goto err_shell;
+        }
+    }
     st = tw_ctx_open_transports(impl);
     if (st == TW_OK) {
         st = tw_ctx_exchange(impl);
@@ -769,6 +913,10 @@ tw_status_t tw_finalize(tw_context_t *ctx)
     }
     /* Dead first: a stray call from now on is refused, not a crash. */
     atomic_store_explicit(&ctx->magic, 0, memory_order_release);
+    if (impl->rel != NULL) {
+        /* Goodbyes in sequence after the data, and the acks for it. */
+        tw_rel_quiesce(impl->rel, 0);
+    }
     tw_ctx_teardown(impl);
     tw_shell_put(ctx);
     return TW_OK;

@@ -35,6 +35,9 @@ typedef struct tw_rt_cfg {
     size_t eager_limit;
     uint64_t match_buckets;
     uint64_t pe_ring_depth;
+    char fault[TW_CFG_STRLEN];       /* TW_FAULT: lossy wrapping of the transports */
+    char fault_on[TW_CFG_STRLEN];    /* TW_FAULT_ON: which ones (empty: all) */
+    char fault_ranks[TW_CFG_STRLEN]; /* TW_FAULT_RANKS: in which ranks (empty: all) */
 } tw_rt_cfg_t;
 
 typedef struct tw_ctx_impl {
@@ -53,6 +56,7 @@ typedef struct tw_ctx_impl {
     unsigned ntl;
     tw_tl_iface_t *ifaces[TW_CTX_MAX_TL];
     tw_msg_t *msg;
+    struct tw_rel *rel;   /* reliability layer, or NULL when off */
     struct tw_boot *boot; /* launcher connection (twrun), or NULL */
     tw_stats_t *cq_stats;
     pthread_mutex_t err_lock;

@@ -33,9 +33,12 @@ static void check_config_errors(void)
     TWT_EQ(tw_init(&cfg, &ctx), TW_ERR_INVALID);
     cfg.transports = "verbs"; /* a later transport, not in this build */
     TWT_EQ(tw_init(&cfg, &ctx), TW_ERR_UNSUPPORTED);
+    cfg.transports = "lossy"; /* a wrapper, set with TW_FAULT */
+    TWT_EQ(tw_init(&cfg, &ctx), TW_ERR_INVALID);
     tw_config_init(&cfg);
-    cfg.reliable = true;
-    TWT_EQ(tw_init(&cfg, &ctx), TW_ERR_UNSUPPORTED);
+    cfg.reliable = true; /* a job of one through the reliability layer */
+    TWT_EQ(tw_init(&cfg, &ctx), TW_OK);
+    TWT_EQ(tw_finalize(ctx), TW_OK);
 
     /* Environment: a bad value is an error naming the variable. */
     static const char *const bad[][2] = {
@@ -43,7 +46,9 @@ static void check_config_errors(void)
         {"TW_PROGRESS_THREADS", "-5"},  {"TW_EAGER_LIMIT", "1t"},
         {"TW_MATCH_BUCKETS", "3"},      {"TW_RELIABLE", "maybe"},
         {"TW_SPIN_TIME", "10 parsecs"}, {"TW_PROGRESS_RING", "100"},
-        {"TW_LOG_LEVEL", "loud"},
+        {"TW_LOG_LEVEL", "loud"},       {"TW_FAULT", "drop=2"},
+        {"TW_FAULT", "explode=0.1"},    {"TW_REL_RTO", "soon"},
+        {"TW_REL_MISSES", "0"},
     };
     for (size_t i = 0; i < TWT_ARRAY_SIZE(bad); i++) {
         setenv(bad[i][0], bad[i][1], 1);

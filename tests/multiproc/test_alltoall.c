@@ -66,7 +66,6 @@
 #define K2          2            /* masked receives outstanding per source */
 #define K3          8            /* any-source receives outstanding */
 #define SEND_WINDOW 16
-#define STALL_S     30.0
 
 enum { CLS_EXACT = 0, CLS_CHAN = 1, CLS_MASKED = 2, CLS_ANY = 3, NCLS = 4, CLS_BARRIER = 15 };
 static const char *const cls_name[NCLS] = {"exact", "channel", "masked", "any-source"};
@@ -105,7 +104,8 @@ static unsigned g_threads;
 static uint32_t g_msgs; /* per (sender thread, destination rank) */
 static uint32_t g_max_size, g_wild_max;
 static uint64_t g_seed = 1;
-static plan_t *g_plan; /* [src rank][src thread][dst rank][seq] */
+static double g_max_stall = 30.0; /* s without a completion: a failure */
+static plan_t *g_plan;            /* [src rank][src thread][dst rank][seq] */
 static tw_context_t *g_ctx;
 
 static plan_t *plan_of(int r, unsigned s, int d, uint32_t seq)
@@ -536,9 +536,9 @@ static void *worker_main(void *arg)
         }
         if (n > 0) {
             last = twt_now();
-        } else if (twt_now() - last > STALL_S) {
+        } else if (twt_now() - last > g_max_stall) {
             dump_state(w);
-            A2A_FAIL("thread %u: no completion for %.0f s", w->id, STALL_S);
+            A2A_FAIL("thread %u: no completion for %.1f s", w->id, g_max_stall);
         }
     }
     A2A_CHECK(tw_cq_poll(w->cq, comps, 32) == 0, "completion after the last one");
@@ -613,8 +613,8 @@ static void barrier(void)
         got += n;
         if (n > 0) {
             last = twt_now();
-        } else if (twt_now() - last > STALL_S) {
-            A2A_FAIL("barrier: %d of %d completions after %.0f s", got, want, STALL_S);
+        } else if (twt_now() - last > g_max_stall) {
+            A2A_FAIL("barrier: %d of %d completions after %.1f s", got, want, g_max_stall);
         }
     }
     A2A_CHECK(tw_cq_destroy(cq) == TW_OK, "barrier CQ destroy");
@@ -641,23 +641,22 @@ static uint32_t parse_size(const char *s)
 static void usage(FILE *out)
 {
     fprintf(out, "usage: test_alltoall [-t THREADS] [-m MSGS] [--max-size BYTES[k|m]] "
-                 "[--seed S] [--stats]\n"
+                 "[--seed S] [--stats] [--max-stall S]\n"
                  "  -t, --threads   workers per rank (4)\n"
                  "  -m, --messages  messages per worker to each rank (64, / TWTEST_SCALE)\n"
                  "  --max-size      largest message (4m)\n"
                  "  --seed          plan and payload seed (1)\n"
-                 "  --stats         print tw_stats_print's report before tw_finalize\n");
+                 "  --stats         print tw_stats_print's report before tw_finalize\n"
+                 "  --max-stall     seconds a thread may go without a completion (30)\n");
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"threads", required_argument, NULL, 't'},
-                                         {"messages", required_argument, NULL, 'm'},
-                                         {"max-size", required_argument, NULL, 'S'},
-                                         {"seed", required_argument, NULL, 's'},
-                                         {"stats", no_argument, NULL, 'P'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"threads", required_argument, NULL, 't'},  {"messages", required_argument, NULL, 'm'},
+        {"max-size", required_argument, NULL, 'S'}, {"seed", required_argument, NULL, 's'},
+        {"stats", no_argument, NULL, 'P'},          {"max-stall", required_argument, NULL, 'X'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
     bool stats = false;
     unsigned long threads = 4;
     uint64_t msgs = 64;
@@ -680,6 +679,9 @@ int main(int argc, char **argv)
             break;
         case 'P':
             stats = true;
+            break;
+        case 'X':
+            g_max_stall = strtod(optarg, NULL);
             break;
         case 'h':
             usage(stdout);

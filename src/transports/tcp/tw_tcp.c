@@ -779,7 +779,7 @@ static void tw_tcp_rndv_apply(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_comp
  * matches inside recv_rndv applies at once. Thread-local, not a field of the
  * handle: once announced, the handle is visible to other threads, which
  * must not read a flag its lane is still writing. */
-static __thread tw_tl_rndv_t *tw_tcp_announcing;
+static TW_TLS tw_tl_rndv_t *tw_tcp_announcing;
 
 static void tw_tcp_rndv_apply_cmd(void *arg, void *data, uint64_t u64)
 {

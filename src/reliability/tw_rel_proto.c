@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/* Parsing and checksums of rel frames (tw_rel_proto.h). Pure functions. */
+#include "reliability/tw_rel_proto.h"
+
+#include <string.h>
+
+#include "core/tw_crc32c.h"
+
+uint32_t tw_rel_crc(const tw_rel_hdr_t *h, const void *uhdr, size_t uhdr_len, const void *payload,
+                    size_t len)
+{
+    tw_rel_hdr_t c = *h;
+    uint32_t crc;
+
+    c.crc = 0;
+    crc = tw_crc32c(0, &c, sizeof(c));
+    if (uhdr_len > 0) {
+        crc = tw_crc32c(crc, uhdr, uhdr_len);
+    }
+    if (len > 0) {
+        crc = tw_crc32c(crc, payload, len);
+    }
+    return crc;
+}
+
+uint8_t tw_rel_am_of(uint8_t type)
+{
+    switch (type) {
+    case TW_REL_T_DATA:
+        return TW_REL_AM_DATA;
+    case TW_REL_T_ACK:
+        return TW_REL_AM_ACK;
+    case TW_REL_T_NACK:
+        return TW_REL_AM_NACK;
+    default:
+        return TW_REL_AM_CTRL;
+    }
+}
+
+static tw_rel_parse_t tw_rel_bad(const char **why, const char *what, tw_rel_parse_t r)
+{
+    if (why != NULL) {
+        *why = what;
+    }
+    return r;
+}
+
+tw_rel_parse_t tw_rel_parse(uint8_t am_id, const void *hdr, size_t hdr_len, const void *data,
+                            size_t len, tw_rel_hdr_t *out, const char **why)
+{
+    const unsigned char *uhdr = (const unsigned char *)hdr + sizeof(tw_rel_hdr_t);
+    tw_rel_hdr_t h;
+
+    if (hdr == NULL || hdr_len < sizeof(h) || (len > 0 && data == NULL)) {
+        return tw_rel_bad(why, "shorter than a rel header", TW_REL_PARSE_BAD);
+    }
+    memcpy(&h, hdr, sizeof(h));
+    /* Checksum first: a flipped bit anywhere is corruption, not a
+     * protocol error, whatever field it landed in. */
+    if (h.len != len || h.hdr_len != hdr_len - sizeof(h) ||
+        h.crc != tw_rel_crc(&h, uhdr, hdr_len - sizeof(h), data, len)) {
+        return tw_rel_bad(why, "checksum mismatch", TW_REL_PARSE_CRC);
+    }
+    if (h.version != TW_REL_VERSION) {
+        return tw_rel_bad(why, "unsupported version", TW_REL_PARSE_BAD);
+    }
+    if (h.type < TW_REL_T_DATA || h.type > TW_REL_T_MAX || tw_rel_am_of(h.type) != am_id) {
+        return tw_rel_bad(why, "unknown type, or the wrong transport am id for it",
+                          TW_REL_PARSE_BAD);
+    }
+    if (h.reserved != 0 || (h.flags & ~TW_REL_F_ACK) != 0) {
+        return tw_rel_bad(why, "reserved bits set", TW_REL_PARSE_BAD);
+    }
+    if (h.type == TW_REL_T_DATA) {
+        if (h.msg_len > TW_REL_MAX_MSG || h.hdr_len > TW_REL_MAX_UHDR) {
+            return tw_rel_bad(why, "message or header too large", TW_REL_PARSE_BAD);
+        }
+        if (h.nfrags == 0 || h.frag >= h.nfrags || h.nfrags > h.msg_len + 1) {
+            return tw_rel_bad(why, "bad fragment index or count", TW_REL_PARSE_BAD);
+        }
+        if (h.offset > h.msg_len || h.len > h.msg_len - h.offset) {
+            return tw_rel_bad(why, "fragment outside its message", TW_REL_PARSE_BAD);
+        }
+        if (h.frag != 0 && h.hdr_len != 0) {
+            return tw_rel_bad(why, "upper header outside the first fragment", TW_REL_PARSE_BAD);
+        }
+        if (h.frag == 0 && h.offset != 0) {
+            return tw_rel_bad(why, "first fragment not at offset 0", TW_REL_PARSE_BAD);
+        }
+        if (h.frag == h.nfrags - 1 && h.offset + h.len != h.msg_len) {
+            return tw_rel_bad(why, "last fragment does not end the message", TW_REL_PARSE_BAD);
+        }
+    } else if (h.hdr_len != 0 || h.len != 0 || h.frag != 0 || h.nfrags != 0 || h.msg_len != 0 ||
+               h.offset != 0) {
+        return tw_rel_bad(why, "control frame with data fields", TW_REL_PARSE_BAD);
+    }
+    *out = h;
+    return TW_REL_PARSE_OK;
+}

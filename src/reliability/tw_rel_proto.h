@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Wire format of the reliability layer (tw_rel.c has the design essay).
+ *
+ * Every rel frame is one transport active message: the transport header
+ * bytes are a tw_rel_hdr_t, followed -- in the first fragment of a message
+ * only -- by the upper layer's header (hdr_len bytes); the transport
+ * payload is the fragment's share of the upper payload. Four transport am
+ * ids tell frame classes apart (so that the lossy transport can fault each
+ * class on its own); the header's type must agree with the id.
+ *
+ * Fields are fixed-width, host order (every rank of a job runs the same
+ * build), and every one is checked before use: tw_rel_parse is the only
+ * way in, and it is fuzzed.
+ */
+#ifndef TW_REL_PROTO_H
+#define TW_REL_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TW_REL_VERSION 1
+
+/* Transport am ids of rel frames. */
+#define TW_REL_AM_DATA 16
+#define TW_REL_AM_ACK  17
+#define TW_REL_AM_NACK 18
+#define TW_REL_AM_CTRL 19
+
+enum {
+    TW_REL_T_DATA = 1,  /* a fragment of a message, in sequence */
+    TW_REL_T_ACK,       /* ack fields only */
+    TW_REL_T_NACK,      /* ack fields, and: resend what I lack now */
+    TW_REL_T_PING,      /* keepalive: answer with PONG */
+    TW_REL_T_PONG,      /* keepalive answer */
+    TW_REL_T_PROBE,     /* is this path healthy again? answer on it */
+    TW_REL_T_PROBE_ACK, /* yes */
+    TW_REL_T_MAX = TW_REL_T_PROBE_ACK
+};
+
+#define TW_REL_F_ACK 0x01u /* ack_base / ack_bits are valid */
+
+/* Upper messages: am id 0 is rel's own "goodbye", sent in sequence after
+ * everything else at finalize. */
+#define TW_REL_BYE_AM 0
+
+/* Largest message (upper payload) and upper header rel carries. */
+#define TW_REL_MAX_MSG  (1ull << 30)
+#define TW_REL_MAX_UHDR 2048u
+
+typedef struct tw_rel_hdr {
+    uint8_t version;    /* TW_REL_VERSION */
+    uint8_t type;       /* TW_REL_T_* */
+    uint8_t flags;      /* TW_REL_F_* */
+    uint8_t am_id;      /* DATA: the upper layer's am id */
+    uint8_t path;       /* the sender's path index (probes answer on it) */
+    uint8_t reserved;   /* 0 */
+    uint16_t hdr_len;   /* DATA, first fragment: upper header bytes that follow */
+    uint32_t src_epoch; /* the sender's incarnation */
+    uint32_t dst_epoch; /* the incarnation of the receiver it was meant for */
+    uint32_t seq;       /* DATA: fragment sequence number; PING/PROBE: cookie */
+    uint32_t ack_base;  /* F_ACK: every fragment before it arrived */
+    uint64_t ack_bits;  /* F_ACK: bit i set = fragment ack_base + 1 + i arrived */
+    uint32_t frag;      /* DATA: index of this fragment in its message */
+    uint32_t nfrags;    /* DATA: fragments of the message */
+    uint64_t msg_len;   /* DATA: upper payload bytes of the whole message */
+    uint64_t offset;    /* DATA: where this fragment's payload goes in it */
+    uint32_t len;       /* payload bytes in this frame */
+    uint32_t crc;       /* CRC32C over this header (crc = 0), upper header, payload */
+} tw_rel_hdr_t;
+
+_Static_assert(sizeof(tw_rel_hdr_t) == 64, "tw_rel_hdr_t is 64 bytes on the wire");
+
+typedef enum {
+    TW_REL_PARSE_OK,
+    TW_REL_PARSE_CRC, /* the checksum does not match: corrupted on the way */
+    TW_REL_PARSE_BAD  /* well-formed checksum, impossible fields: a broken peer */
+} tw_rel_parse_t;
+
+/** The CRC32C a frame must carry (h->crc is ignored). */
+uint32_t tw_rel_crc(const tw_rel_hdr_t *h, const void *uhdr, size_t uhdr_len, const void *payload,
+                    size_t len);
+
+/** Check one arrival (transport am id, header bytes, payload) and copy its
+ * rel header to @p out. On success the upper header is at
+ * hdr + sizeof(tw_rel_hdr_t), out->hdr_len bytes. @p why names the
+ * failure. */
+tw_rel_parse_t tw_rel_parse(uint8_t am_id, const void *hdr, size_t hdr_len, const void *data,
+                            size_t len, tw_rel_hdr_t *out, const char **why);
+
+/** The transport am id that carries frames of @p type. */
+uint8_t tw_rel_am_of(uint8_t type);
+
+#endif /* TW_REL_PROTO_H */

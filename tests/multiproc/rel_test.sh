@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# The reliability layer under injected faults (TW_RELIABLE=1, TW_FAULT),
+# through test_alltoall, which checks that every message arrives exactly
+# once, intact and in order, and fails on any error. Rows of the test
+# matrix (../shared/notes/test-matrix.md):
+#
+#   rel_test.sh TWRUN TEST_ALLTOALL b1 TRANSPORT   5% drop, 1% corrupt, 1% dup, 10% reorder,
+#                                                  1 B..256 KiB, 2x10^4 messages
+#   rel_test.sh TWRUN TEST_ALLTOALL b2 TRANSPORT   30% of frames lost each way, 5x10^3
+#                                                  messages; retransmissions <= 3x ideal
+#   rel_test.sh TWRUN TEST_ALLTOALL b4             sequence numbers wrap, 5% drop, 10^4
+#   rel_test.sh TWRUN TEST_ALLTOALL b8             3 ranks over shm+tcp; rank 0's shm goes
+#                                                  dark at a random point, 20 times: traffic
+#                                                  moves to tcp with no stall over 1 s, no
+#                                                  rank sees an error
+#
+# Message counts are divided by TWTEST_SCALE inside test_alltoall. The
+# counters come from tw_stats_print (--stats): the injector's
+# (lossy:<transport>) prove the faults happened, rel's show the repairs.
+set -eu
+twrun=$1 prog=$2 case=$3 tl=${4:-shm}
+
+fail() { echo "$out" | tail -40; echo "FAIL: $*"; exit 1; }
+# sum of counter $1 over the ranks' lines matching $2
+sum() { grep -E "$2" <<<"$out" | grep -o " $1=[0-9]*" | cut -d= -f2 | awk '{s+=$1} END {print s+0}'; }
+run() { out=$("$twrun" "$@" 2>&1) || fail "job failed: $*"; }
+
+export TW_RELIABLE=1
+case $case in
+b1)
+  export TW_TRANSPORTS=$tl TW_FAULT=drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=${TWTEST_SEED:-42}
+  run -n 2 "$prog" -t 4 -m 1250 --max-size 256k --stats
+  for k in dropped corrupted duplicated reordered; do
+    [ "$(sum $k "lossy:$tl:")" -gt 0 ] || fail "no frame was $k: the faults did not happen"
+  done
+  [ "$(sum retransmits 'rel:')" -gt 0 ] && [ "$(sum crc_failures 'rel:')" -gt 0 ] &&
+    [ "$(sum duplicates 'rel:')" -gt 0 ] || fail "rel repaired nothing?"
+  [ "$(sum peer_failures 'rel:')" = 0 ] || fail "a peer was declared failed"
+  echo "b1 over $tl: $(grep -c 'intact exactly once' <<<"$out") ranks got every message intact," \
+    "once, in order; injected: dropped $(sum dropped "lossy:$tl:"), corrupted" \
+    "$(sum corrupted "lossy:$tl:"), duplicated $(sum duplicated "lossy:$tl:"), reordered" \
+    "$(sum reordered "lossy:$tl:"); rel: retransmits $(sum retransmits 'rel:'), checksum" \
+    "failures $(sum crc_failures 'rel:'), duplicates dropped $(sum duplicates 'rel:')"
+  ;;
+b2)
+  # tx only: each frame is lost with p = 0.3 once, in both directions.
+  # Test timers: with 30% of frames lost, backoff past 20 ms only slows
+  # the test down.
+  export TW_TRANSPORTS=$tl TW_FAULT=tx.drop=0.3,seed=${TWTEST_SEED:-7} TW_REL_RTO_MAX=20ms
+  run -n 2 "$prog" -t 4 -m 320 --max-size 64k --stats
+  for r in 0 1; do
+    line=$(grep -E "rel:" <<<"$out" | sed -n "$((r + 1))p")
+    sent=$(grep -o ' frags_sent=[0-9]*' <<<"$line" | cut -d= -f2)
+    re=$(grep -o ' retransmits=[0-9]*' <<<"$line" | cut -d= -f2)
+    first=$((sent - re))
+    # ideal: each fragment needs 1 / (1 - p) transmissions
+    ideal=$((first * 3 / 7))
+    [ "$re" -le $((3 * ideal)) ] ||
+      fail "rank report $r: $re retransmissions of $first fragments, over 3x the ideal $ideal"
+    echo "b2 over $tl: $first fragments, $re retransmissions, ideal $ideal" \
+      "($(awk -v a="$re" -v b="$ideal" 'BEGIN {printf "%.2f", a / b}')x)"
+  done
+  ;;
+b4)
+  export TW_TRANSPORTS=$tl TW_FAULT=drop=0.05,seed=${TWTEST_SEED:-3} TW_REL_SEQ_START=4294966996
+  run -n 2 "$prog" -t 4 -m 625 --max-size 64k --stats
+  [ "$(sum retransmits 'rel:')" -gt 0 ] || fail "no retransmission"
+  echo "b4: sequence numbers from 2^32 - 300 through the wrap with 5% drop:" \
+    "$(grep -c 'intact exactly once' <<<"$out") ranks got every message once, in order"
+  ;;
+b8)
+  # Rank 0's shm path goes dark at T after it opened; ranks 1 and 2 keep
+  # their shm between them. Test timers: a path fails after 150 ms.
+  export TW_TRANSPORTS=shm,tcp TW_FAULT_ON=shm TW_FAULT_RANKS=0 TW_REL_PATH_TIMEOUT=150ms \
+    TW_REL_RTO_MAX=40ms
+  seed=${TWTEST_SEED:-11}
+  # The bound is 1 s; sanitizer builds (TWTEST_SCALE > 1) run 5-15x
+  # slower on every path, so they get 3 s.
+  stall=1
+  [ "${TWTEST_SCALE:-1}" -gt 1 ] && stall=3
+  # The cut must fall mid-stream whatever the build's speed: a run
+  # without faults measures the stream, the cuts fall in its first third.
+  args=(-n 3 "$prog" -t 2 -m 400 --max-size 64k --stats)
+  t0=$(date +%s%N)
+  TW_FAULT= run "${args[@]}"
+  span=$((($(date +%s%N) - t0) / 3000000))
+  [ "$span" -ge 30 ] || span=30
+  for i in $(seq 1 "${TWTEST_B8_RUNS:-20}"); do
+    t=$(((seed * 7919 + i * 104729) % span + 10))
+    export TW_FAULT=blackhole=${t}ms
+    run "${args[@]}" --max-stall $stall
+    fo=$(sum failovers 'rel:')
+    [ "$fo" -ge 1 ] || fail "run $i (blackhole at $t ms): no failover: did the run end first?"
+    [ "$(sum peer_failures 'rel:')" = 0 ] || fail "run $i: a peer was declared failed"
+    [ "$(sum blackholed 'lossy:shm:')" -gt 0 ] || fail "run $i: nothing was blackholed"
+    echo "b8 run $i: shm of rank 0 dark from $t ms: $fo failovers, no stall over $stall s, every" \
+      "message once, no error"
+  done
+  ;;
+*)
+  echo "rel_test.sh: unknown case $case"
+  exit 2
+  ;;
+esac
