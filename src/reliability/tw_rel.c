@@ -66,7 +66,10 @@
  * straight from the transport's buffer, without a copy.
  *
  * ## Timers (one timerfd, rel's progress function on engine 0)
- * - retransmission: TW_REL_RTO, doubled per retry up to TW_REL_RTO_MAX;
+ * - retransmission: one timer per peer, on its oldest unacked fragment;
+ *   srtt + 4 rttvar (Jacobson; Karn: no samples from resent fragments),
+ *   at least TW_REL_RTO, doubled per retry up to TW_REL_RTO_MAX,
+ *   restarted by an ack that acknowledges something new;
  * - path failure: a fragment unacked after 6 tries on a path, when no
  *   ack has acknowledged anything new for TW_REL_PATH_TIMEOUT, fails that
  *   path for that peer (a lossy path still makes progress; a dead one
@@ -80,8 +83,19 @@
  *   TW_REL_PROBES answers in a row it carries traffic again.
  * Each peer's earliest deadline lowers rel's next_due; a pass over the
  * peers runs when it is reached -- by a waiting worker in tw_rel_poll,
- * or by the engine, which a one-shot timerfd armed for next_due wakes
- * only when nobody else got there first.
+ * or by the engine, which a one-shot timerfd armed for next_due + 250 us
+ * wakes only when nobody else got there first (the engine may share a
+ * core with the worker it would steal from). In manual mode the callers
+ * of tw_progress run the passes and no timer is armed.
+ *
+ * ## On each fault
+ * A lost or corrupted DATA frame is resent after a NACK (gap or
+ * checksum) or the timeout. A lost ACK is made good by the next one (acks
+ * are cumulative) or by the ack a resent duplicate draws; a lost NACK by
+ * the next selective ack or the timeout. A duplicate is dropped and
+ * acked; a reordered frame waits in its slot; a frame from another
+ * incarnation is stale; a dead or dark path fails over; a silent peer
+ * fails.
  *
  * ## Failover and fail-back
  * A path fails for a peer when its transport reports the peer down
@@ -126,13 +140,14 @@
 #include "core/tw_time.h"
 #include "reliability/tw_rel_proto.h"
 
-#define TW_REL_WIN       64u
-#define TW_REL_ACK_EVERY 48u
-#define TW_REL_ACK_BIG   8192u /* acked at once: their sender waits (zero-copy) */
-#define TW_REL_MIN_TRIES 6u
-#define TW_REL_MAX_SHORT (64u * 1024u)
-#define TW_REL_SMALL     256u /* eager messages up to this (header + payload) are pooled */
-#define TW_REL_POOL      64u  /* per peer */
+#define TW_REL_WIN         64u
+#define TW_REL_ACK_EVERY   48u
+#define TW_REL_ACK_BIG     8192u     /* acked at once: their sender waits (zero-copy) */
+#define TW_REL_TIMER_SLACK 250000ull /* ns the engine's timer fires after a deadline */
+#define TW_REL_MIN_TRIES   6u
+#define TW_REL_MAX_SHORT   (64u * 1024u)
+#define TW_REL_SMALL       256u /* eager messages up to this (header + payload) are pooled */
+#define TW_REL_POOL        64u  /* per peer */
 #define TW_REL_AM_MASK                                                               \
     ((1ull << TW_REL_AM_DATA) | (1ull << TW_REL_AM_ACK) | (1ull << TW_REL_AM_NACK) | \
      (1ull << TW_REL_AM_CTRL))
@@ -367,11 +382,15 @@ static bool tw_rel_should_log(tw_rel_t *rel)
 
 /* Arm the timerfd (one-shot, absolute) for @p due unless it is armed for
  * earlier: the engine wakes only when something is due and nobody saw to
- * it first (waiting workers run the same pass, tw_rel_poll). */
+ * it first (waiting workers run the same pass, tw_rel_poll, and usually
+ * find the deadline moved: an ack came). TW_REL_TIMER_SLACK late, so a
+ * worker that polls gets there first and the engine -- which may share
+ * its core -- stays asleep. */
 static void tw_rel_timer_at(tw_rel_t *rel, uint64_t due)
 {
     struct itimerspec its = {{0, 0}, {0, 0}};
 
+    due = due > UINT64_MAX - TW_REL_TIMER_SLACK ? UINT64_MAX : due + TW_REL_TIMER_SLACK;
     if (due >= atomic_load_explicit(&rel->armed_at, memory_order_relaxed) || !rel->timer_used) {
         return;
     }
@@ -1370,7 +1389,7 @@ static int tw_rel_timers(tw_rel_t *rel, bool check)
     }
     /* The timer fired or is about to: it is armed for nothing now. */
     armed = atomic_load_explicit(&rel->armed_at, memory_order_relaxed);
-    if (armed <= now) {
+    if (armed <= now + TW_REL_TIMER_SLACK) { /* for a deadline that has passed */
         (void)atomic_compare_exchange_strong_explicit(&rel->armed_at, &armed, UINT64_MAX,
                                                       memory_order_relaxed, memory_order_relaxed);
     }
@@ -1445,6 +1464,25 @@ static uint32_t tw_rel_nfrags(const tw_rel_t *rel, size_t hdr_len, size_t len)
     return (uint32_t)(1 + (len - first + rel->frag_cap - 1) / rel->frag_cap);
 }
 
+static void tw_rel_smsg_fill(const tw_rel_t *rel, tw_rel_smsg_t *m, size_t alloc_len, uint8_t am_id,
+                             const void *hdr, size_t hdr_len, const void *data, size_t len,
+                             bool copy, tw_tl_comp_t *comp)
+{
+    *m = (tw_rel_smsg_t){.comp = comp,
+                         .data = copy ? m->bytes + hdr_len : data,
+                         .len = len,
+                         .alloc_len = alloc_len,
+                         .nfrags = tw_rel_nfrags(rel, hdr_len, len),
+                         .hdr_len = (uint16_t)hdr_len,
+                         .am_id = am_id};
+    if (hdr_len > 0) {
+        memcpy(m->bytes, hdr, hdr_len);
+    }
+    if (copy && len > 0) {
+        memcpy(m->bytes + hdr_len, data, len);
+    }
+}
+
 static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr,
                                size_t hdr_len, const void *data, size_t len, bool copy,
                                tw_tl_comp_t *comp, bool bye)
@@ -1464,47 +1502,45 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
     p = &rel->peers[peer];
     m = NULL;
     if (copy && hdr_len + len <= TW_REL_SMALL) {
-        /* A pooled one (taken under the lock, else a fresh one of the
-         * pool's size) */
+        /* Small eager message: one lock for everything, the copy too
+         * (at most TW_REL_SMALL bytes); checked before any allocation, so
+         * a sender that retries against a stalled peer costs nothing. */
         alloc_len = sizeof(*m) + TW_REL_SMALL;
         pthread_mutex_lock(&p->lock);
-        if (!bye && p->nmsgs >= (unsigned)rel->cfg.queue) {
-            /* Refused before any allocation or copy (a sender that
-             * retries against a stalled peer costs nothing). */
-            pthread_mutex_unlock(&p->lock);
-            tw_stats_inc(rel->stats, TW_REL_STAT_AGAIN);
-            return TW_ERR_AGAIN;
-        }
-        m = p->pool;
-        if (m != NULL) {
+        if (p->down || (p->left && !bye)) {
+            st = TW_ERR_PEER_FAILED;
+        } else if (!bye && p->nmsgs >= (unsigned)rel->cfg.queue) {
+            st = TW_ERR_AGAIN;
+        } else if ((m = p->pool) != NULL) {
             p->pool = m->next;
             p->npool--;
+        } else if ((m = tw_malloc(alloc_len)) == NULL) {
+            st = TW_ERR_NOMEM;
         }
-        pthread_mutex_unlock(&p->lock);
-    }
-    if (m == NULL && (m = tw_malloc(alloc_len)) == NULL) {
-        tw_error("rel", "cannot allocate a %zu-byte send", alloc_len);
-        return TW_ERR_NOMEM;
-    }
-    *m = (tw_rel_smsg_t){.comp = comp,
-                         .data = copy ? m->bytes + hdr_len : data,
-                         .len = len,
-                         .alloc_len = alloc_len,
-                         .nfrags = tw_rel_nfrags(rel, hdr_len, len),
-                         .hdr_len = (uint16_t)hdr_len,
-                         .am_id = am_id};
-    if (hdr_len > 0) {
-        memcpy(m->bytes, hdr, hdr_len);
-    }
-    if (copy && len > 0) {
-        memcpy(m->bytes + hdr_len, data, len);
-    }
-    pthread_mutex_lock(&p->lock);
-    if (p->down || (p->left && !bye)) {
-        st = TW_ERR_PEER_FAILED;
-    } else if (!bye && p->nmsgs >= (unsigned)rel->cfg.queue) {
-        st = TW_ERR_AGAIN;
+        if (st != TW_OK) {
+            pthread_mutex_unlock(&p->lock);
+            if (st == TW_ERR_AGAIN) {
+                tw_stats_inc(rel->stats, TW_REL_STAT_AGAIN);
+            } else if (st == TW_ERR_NOMEM) {
+                tw_error("rel", "cannot allocate a %zu-byte send", alloc_len);
+            }
+            return st;
+        }
+        tw_rel_smsg_fill(rel, m, alloc_len, am_id, hdr, hdr_len, data, len, copy, comp);
     } else {
+        if ((m = tw_malloc(alloc_len)) == NULL) {
+            tw_error("rel", "cannot allocate a %zu-byte send", alloc_len);
+            return TW_ERR_NOMEM;
+        }
+        tw_rel_smsg_fill(rel, m, alloc_len, am_id, hdr, hdr_len, data, len, copy, comp);
+        pthread_mutex_lock(&p->lock);
+        if (p->down || (p->left && !bye)) {
+            st = TW_ERR_PEER_FAILED;
+        } else if (!bye && p->nmsgs >= (unsigned)rel->cfg.queue) {
+            st = TW_ERR_AGAIN;
+        }
+    }
+    if (st == TW_OK) {
         if (p->q_tail != NULL) {
             p->q_tail->next = m;
         } else {

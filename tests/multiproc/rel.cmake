@@ -2,8 +2,9 @@
 # Copyright (c) 2026 The threadwire authors
 #
 # The reliability layer under injected faults (rel_test.sh, through
-# test_alltoall): test-matrix rows B1, B2 over shm and tcp, B4, B8.
-foreach(_v "b1;shm" "b1;tcp" "b2;shm" "b2;tcp" "b4;shm" "b8;")
+# test_alltoall): test-matrix rows B1, B2 over shm and tcp, B4, B8, and
+# fail-back over real transports.
+foreach(_v "b1;shm" "b1;tcp" "b2;shm" "b2;tcp" "b4;shm" "b8;" "failback;")
   list(GET _v 0 _case)
   list(GET _v 1 _tl)
   set(_name rel_${_case})

@@ -16,6 +16,9 @@
 #                                                  dark at a random point, 20 times: traffic
 #                                                  moves to tcp with no stall over 1 s, no
 #                                                  rank sees an error
+#   rel_test.sh TWRUN TEST_ALLTOALL failback       2 ranks over shm+tcp; rank 0's shm goes
+#                                                  dark for 300 ms: traffic fails over to
+#                                                  tcp, and back to shm once probes answer
 #
 # Message counts are divided by TWTEST_SCALE inside test_alltoall. The
 # counters come from tw_stats_print (--stats): the injector's
@@ -36,8 +39,9 @@ b1)
   for k in dropped corrupted duplicated reordered; do
     [ "$(sum $k "lossy:$tl:")" -gt 0 ] || fail "no frame was $k: the faults did not happen"
   done
-  [ "$(sum retransmits 'rel:')" -gt 0 ] && [ "$(sum crc_failures 'rel:')" -gt 0 ] &&
-    [ "$(sum duplicates 'rel:')" -gt 0 ] || fail "rel repaired nothing?"
+  for k in retransmits crc_failures duplicates; do
+    [ "$(sum $k 'rel:')" -gt 0 ] || fail "rel counted no $k: did it repair anything?"
+  done
   [ "$(sum peer_failures 'rel:')" = 0 ] || fail "a peer was declared failed"
   echo "b1 over $tl: $(grep -c 'intact exactly once' <<<"$out") ranks got every message intact," \
     "once, in order; injected: dropped $(sum dropped "lossy:$tl:"), corrupted" \
@@ -85,7 +89,7 @@ b8)
   # without faults measures the stream, the cuts fall in its first third.
   args=(-n 3 "$prog" -t 2 -m 400 --max-size 64k --stats)
   t0=$(date +%s%N)
-  TW_FAULT= run "${args[@]}"
+  TW_FAULT='' run "${args[@]}"
   span=$((($(date +%s%N) - t0) / 3000000))
   [ "$span" -ge 30 ] || span=30
   for i in $(seq 1 "${TWTEST_B8_RUNS:-20}"); do
@@ -99,6 +103,17 @@ b8)
     echo "b8 run $i: shm of rank 0 dark from $t ms: $fo failovers, no stall over $stall s, every" \
       "message once, no error"
   done
+  ;;
+failback)
+  export TW_TRANSPORTS=shm,tcp TW_FAULT_ON=shm TW_FAULT_RANKS=0 TW_REL_PATH_TIMEOUT=100ms \
+    TW_REL_RTO_MAX=20ms TW_REL_PROBE=20ms TW_FAULT=blackhole=50ms,blackhole_for=300ms
+  # Long enough to outlast the blackhole and the probes in every build.
+  run -n 2 "$prog" -t 2 -m 6000 --max-size 16k --stats
+  [ "$(sum failovers 'rel:')" -ge 1 ] || fail "no failover"
+  [ "$(sum failbacks 'rel:')" -ge 1 ] || fail "no fail-back: did the run end before the shm path healed?"
+  [ "$(sum peer_failures 'rel:')" = 0 ] || fail "a peer was declared failed"
+  echo "failback: rank 0's shm dark from 50 to 350 ms: $(sum failovers 'rel:') failovers," \
+    "$(sum failbacks 'rel:') fail-backs, every message once, in order, no error"
   ;;
 *)
   echo "rel_test.sh: unknown case $case"
