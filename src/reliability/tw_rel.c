@@ -268,6 +268,7 @@ typedef struct tw_rel_slot {
     uint16_t tries;
     uint8_t path;
     bool acked;
+    bool timed; /* sent_ns is a clock reading of its first send (RTT sample) */
 } tw_rel_slot_t;
 
 /* A fragment held for its turn, or a whole message waiting for the
@@ -285,6 +286,7 @@ typedef struct tw_rel_peer {
     uint32_t snd_una, snd_nxt;
     uint64_t srtt_ns, rttvar_ns; /* round-trip estimate (0: no sample yet) */
     uint64_t progress_ns;        /* an ack last acknowledged something new */
+    uint64_t clock_ns;           /* the latest clock reading made for this peer */
     tw_rel_slot_t win[TW_REL_WIN];
     tw_rel_smsg_t *q_head, *q_tail; /* messages with fragments not yet in the window */
     tw_rel_smsg_t *pool;            /* free small eager messages */
@@ -619,7 +621,7 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
 
 /* Move queued messages' fragments into the window while it has room.
  * Lock held. */
-static void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
+static void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now, bool timed,
                         tw_rel_todo_t *todo)
 {
     while (p->q_head != NULL && !p->down && p->snd_nxt - p->snd_una < TW_REL_WIN) {
@@ -627,7 +629,8 @@ static void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
         uint32_t seq = p->snd_nxt++;
         tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
 
-        *s = (tw_rel_slot_t){.msg = m, .frag = m->issued++, .rto_ns = tw_rel_rto(rel, p)};
+        *s = (tw_rel_slot_t){
+            .msg = m, .frag = m->issued++, .rto_ns = tw_rel_rto(rel, p), .timed = timed};
         if (m->issued == m->nfrags) {
             p->q_head = m->next;
             if (p->q_head == NULL) {
@@ -737,7 +740,7 @@ static void tw_rel_mark_acked(tw_rel_peer_t *p, tw_rel_slot_t *s, uint64_t now, 
     if (m == NULL || s->acked) {
         return;
     }
-    if (s->tries == 0 && s->sent_ns != 0 && now > s->sent_ns) {
+    if (s->timed && s->tries == 0 && s->sent_ns != 0 && now > s->sent_ns) {
         tw_rel_rtt_sample(p, now - s->sent_ns);
     }
     p->progress_ns = now;
@@ -1119,14 +1122,29 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
         }
         return;
     }
-    now = rel->clock();
     pthread_mutex_lock(&p->lock);
     if (p->down) {
         pthread_mutex_unlock(&p->lock);
         tw_stats_inc(rel->stats, TW_REL_STAT_STALE);
         return;
     }
-    p->last_rx_ns = now;
+    /* A clock reading (24 ns here) only when this frame needs one: it
+     * acknowledges something new (round-trip sample, timer restart), or
+     * it is data and no ack is scheduled yet (the delayed-ack deadline),
+     * or it is control. Otherwise the peer's latest reading will do --
+     * for keepalive, which counts seconds, and for a stream's acks, whose
+     * first frame read it. */
+    bool precise = (h.type != TW_REL_T_DATA && h.type != TW_REL_T_ACK) ||
+                   (h.type == TW_REL_T_DATA && p->ack_due == 0) ||
+                   ((h.flags & TW_REL_F_ACK) && p->snd_una != p->snd_nxt &&
+                    (tw_seq_lt(p->snd_una, h.ack_base) || h.ack_bits != 0));
+    if (precise) {
+        now = rel->clock();
+        p->clock_ns = TW_MAX(p->clock_ns, now);
+    } else {
+        now = p->clock_ns;
+    }
+    p->last_rx_ns = TW_MAX(p->last_rx_ns, now);
     p->rx_path = (uint8_t)path->index;
     if (h.flags & TW_REL_F_ACK) {
         tw_rel_ack_apply(rel, p, &h, now, &todo);
@@ -1171,7 +1189,7 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
         break;
     }
     if (!p->down) {
-        tw_rel_push(rel, p, src, now, &todo);
+        tw_rel_push(rel, p, src, now, precise, &todo);
     }
     pthread_mutex_unlock(&p->lock);
     tw_rel_finish(rel, src, &todo);
@@ -1278,6 +1296,8 @@ static uint64_t tw_rel_peer_tick(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint
 {
     uint64_t next = UINT64_MAX;
 
+    p->clock_ns = TW_MAX(p->clock_ns, now);
+
 restart:;
     /* One retransmission timer per peer, as TCP has: only the oldest
      * unacked fragment is resent on timeout (the others are likely held
@@ -1315,7 +1335,7 @@ restart:;
     if (p->down) {
         return UINT64_MAX;
     }
-    tw_rel_push(rel, p, peer, now, todo);
+    tw_rel_push(rel, p, peer, now, true, todo);
     if (p->ack_due != 0) {
         if (p->ack_due <= now) {
             (*events)++;
@@ -1548,7 +1568,16 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
         }
         p->q_tail = m;
         p->nmsgs++;
-        tw_rel_push(rel, p, peer, rel->clock(), &todo);
+        /* The clock starts the peer's retransmission timer when the
+         * window was empty; behind earlier fragments the latest reading
+         * will do (only the oldest one's deadline counts). */
+        bool empty = p->snd_una == p->snd_nxt;
+        uint64_t now = p->clock_ns;
+        if (empty) {
+            now = rel->clock();
+            p->clock_ns = TW_MAX(p->clock_ns, now);
+        }
+        tw_rel_push(rel, p, peer, now, empty, &todo);
     }
     pthread_mutex_unlock(&p->lock);
     if (st != TW_OK) {
@@ -1770,6 +1799,7 @@ tw_status_t tw_rel_ready(tw_rel_t *rel)
         p->up = p->reach;
         p->rx_path = (uint8_t)__builtin_ctz(p->reach | 0x80u);
         p->last_rx_ns = now;
+        p->clock_ns = now;
         p->ping_due = now + rel->cfg.keepalive_ns;
         if (p->reach == 0) {
             tw_error("rel", "no transport reaches rank %d", peer);

@@ -40,6 +40,13 @@ tw=$!
 sleep 0.5
 kids=$(pgrep -P $tw | tr '\n' ' ')
 [ -n "$kids" ] || fail "no ranks found under twrun"
+# twrun -9 cannot clean up: find its socket directory by the inode of its
+# listening socket (another twrun on the machine may have made a newer one).
+inodes=$(for f in "/proc/$tw/fd/"*; do readlink "$f"; done 2>/dev/null |
+  sed -n 's/^socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
+killed_dir=$(awk -v ino=" $inodes" '$8 ~ /^\/tmp\/twrun\./ && index(ino, " " $7 " ") {print $8}' \
+  /proc/net/unix | head -n1)
+killed_dir=${killed_dir%/boot.sock}
 kill -9 $tw
 sleep 1
 for k in $kids; do
@@ -49,7 +56,8 @@ for k in $kids; do
   fi
 done
 wait $tw 2>/dev/null
-rm -rf "$(ls -dt /tmp/twrun.* 2>/dev/null | head -n1)" # twrun -9 cannot clean up
+[ -n "$killed_dir" ] || fail "cannot find the socket directory of the killed twrun"
+rm -rf "$killed_dir"
 echo "ok: ranks die within 1 s of twrun"
 
 # Forwarded SIGTERM stops the job.
