@@ -942,9 +942,10 @@ static unsigned run_stall(void)
     TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
     TWT_EQ(tw_size(ctx), 2);
     TWT_EQ(tw_cq_create(ctx, 1024, &cq), TW_OK);
-    /* TCP connects on the first frame, and a handshake left unanswered
-     * for 2 s fails the peer, manual mode or not: open the connection
-     * with a round trip before the stall (TWTEST_STALL_COLD=1 does not).
+    /* TCP connects on the first frame; a manual-mode peer gets
+     * TW_TCP_TIMEOUT to answer the handshake (TWTEST_STALL_COLD=1 dials
+     * it during the stall, rel_stall_tcp_cold). Otherwise open the
+     * connection with a round trip before the stall.
      * Rank 1 drives progress 20 ms more (its answer must leave) and
      * stops; rank 0 starts 200 ms after the answer came, so nothing it
      * sends meets a polling receiver. */

@@ -61,7 +61,8 @@
  * failed when nothing arrived from it for the larger of its timeout and
  * ours. Only peers that run progress threads are judged by silence (they
  * publish that flag): a manual-mode rank may legitimately not progress
- * for a while.
+ * for a while -- for the same reason a handshake with one may take
+ * TW_TCP_TIMEOUT, not the 2 s allowed to a rank with progress threads.
  *
  * Failure. A clean close writes a FIN frame: the peer then knows it left.
  * EOF without FIN, a reset, a socket error (including the user timeout),
@@ -274,6 +275,7 @@ typedef struct tw_tcp_ep {
     tw_tcp_addr_t addrs[TW_TCP_MAX_ADDRS]; /* with the port of our lane there */
     int naddrs;
     uint64_t silence_ns; /* fail it after this much silence; 0 = never */
+    uint64_t hs_ns;      /* a handshake with it may take this long */
     bool failed;
     bool left;    /* FIN received */
     bool reparse; /* c->in holds a frame a worker could not deliver */
@@ -403,7 +405,7 @@ static tw_tcp_conn_t *tw_tcp_conn_new(tw_tcp_lane_t *lane, int fd, int state, in
     c->state = state;
     c->peer = peer;
     c->initiator = initiator;
-    c->hs_deadline = now + TW_TCP_HS_TIMEOUT;
+    c->hs_deadline = now + (peer >= 0 ? lane->tcp->eps[peer].hs_ns : TW_TCP_HS_TIMEOUT);
     c->last_rx = c->last_tx = now;
     if (getrandom(c->nonce, sizeof(c->nonce), 0) != (ssize_t)sizeof(c->nonce)) {
         tw_free(c, sizeof(*c));
@@ -615,6 +617,7 @@ static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
             tw_tcp_conn_close(ep->pending); /* quietly: the peer drops it as the loser */
         }
         c->peer = (int)hs.rank;
+        c->hs_deadline = tw_time_ns() + ep->hs_ns; /* now we know whose it is */
         ep->accepting = c;
         memcpy(c->peer_nonce, hs.nonce, 16);
         c->state = TW_TCP_WELCOMED;
@@ -1910,6 +1913,14 @@ static tw_status_t tw_tcp_addr_connect(tw_tl_iface_t *iface, int peer, const voi
         uint64_t theirs = (uint64_t)ms * 1000000u;
         ep->silence_ns = theirs > tcp->cfg.timeout_ns ? theirs : tcp->cfg.timeout_ns;
     }
+    /* A rank in manual mode answers a handshake only when it calls
+     * tw_progress: give it TW_TCP_TIMEOUT (0: forever), not the 2 s a
+     * progress thread needs at most. */
+    ep->hs_ns = TW_TCP_HS_TIMEOUT;
+    if (!(p[6] & TW_TCP_FLAG_THREAD)) {
+        ep->hs_ns = tcp->cfg.timeout_ns == 0 ? UINT64_MAX / 2
+                                             : TW_MAX(TW_TCP_HS_TIMEOUT, tcp->cfg.timeout_ns);
+    }
     return TW_OK;
 }
 
@@ -2132,6 +2143,9 @@ static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t
     if (tcp->eps == NULL || tcp->down == NULL || tcp->lanes == NULL) {
         st = TW_ERR_NOMEM;
         goto err;
+    }
+    for (int i = 0; i < params->size; i++) {
+        tcp->eps[i].hs_ns = TW_TCP_HS_TIMEOUT; /* until its address says otherwise */
     }
     for (int k = 0; k < tcp->nlanes; k++) {
         st = tw_tcp_lane_open(tcp, k, params);
