@@ -102,9 +102,9 @@ typedef struct tw_config {
     int progress_threads;     /**< -1 = auto (per HCA + per CPU socket);
                                    0 = manual: callers drive tw_progress() */
     tw_wait_mode_t wait_mode; /**< progress threads' and tw_cq_wait's wait */
-    bool reliable;            /**< checksums, acks, retransmit, failover;
-                                   accepted but TW_ERR_UNSUPPORTED until the
-                                   reliability layer lands */
+    bool reliable;            /**< checksums, acks, retransmit, failover and
+                                   keepalive (TW_REL_* tune it); every rank
+                                   must agree, else tw_init fails */
 } tw_config_t;
 
 /**

@@ -118,6 +118,17 @@
  * reported up as a clean departure (TW_OK), never as a failure, and no
  * longer pinged.
  *
+ * ## Locking
+ * Each peer has a pthread mutex. It is the one lock on the reliable
+ * small-message path (taken once per send, twice per arrival; with
+ * reliability off the path has none): its critical sections call the
+ * transport (a tcp write is a syscall), too long for a spinlock that
+ * may share its CPU with the holder. A try-lock count found it
+ * uncontended in the pinned benchmarks. The one syscall that path may
+ * make is re-arming the timerfd when a new deadline is the earliest
+ * (about once per window); a small eager send reuses a pooled message
+ * and does not allocate once the pool is warm.
+ *
  * ## Back-pressure and memory
  * At most TW_REL_QUEUE messages per peer are unacknowledged; beyond that a
  * send is TW_ERR_AGAIN. Held fragments are bounded by the window, a

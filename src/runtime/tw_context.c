@@ -536,6 +536,27 @@ static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
             return TW_ERR_INVALID;
         }
         faulty = fault.any;
+        /* Every name and rank it lists must exist: a typo would silently
+         * inject nothing. */
+        char buf[TW_CFG_STRLEN];
+        char *save = NULL, *end;
+        snprintf(buf, sizeof(buf), "%s", impl->cfg.fault_on);
+        for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+            if (tw_tl_find(t) == NULL) {
+                tw_error("init", "TW_FAULT_ON=%s: no transport '%s'", impl->cfg.fault_on, t);
+                return TW_ERR_INVALID;
+            }
+        }
+        snprintf(buf, sizeof(buf), "%s", impl->cfg.fault_ranks);
+        save = NULL;
+        for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+            long r = strtol(t, &end, 10);
+            if (*end != '\0' || r < 0 || r >= impl->size) {
+                tw_error("init", "TW_FAULT_RANKS=%s: '%s' is not a rank of this job of %d",
+                         impl->cfg.fault_ranks, t, impl->size);
+                return TW_ERR_INVALID;
+            }
+        }
     }
     for (size_t i = 0; tw_tl_all[i] != NULL && impl->ntl < TW_CTX_MAX_TL; i++) {
         const tw_tl_ops_t *ops = tw_tl_all[i];
@@ -556,7 +577,7 @@ static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
         tw_tl_params_t pp = p;
         if (impl->rel != NULL) {
             tw_rel_path_params(impl->rel, impl->ntl, &pp);
-            if (strcmp(ops->name, "self") == 0) {
+            if (ops->inline_on_send) {
                 pp.inline_am_ids = 0; /* it would deliver inside rel's lock */
             }
         }

@@ -55,6 +55,23 @@ static void check_config_errors(void)
         TWT_CHECKF(tw_init(NULL, &ctx) == TW_ERR_INVALID, "%s=%s accepted", bad[i][0], bad[i][1]);
         unsetenv(bad[i][0]);
     }
+    /* Fault injection aimed at a transport or rank that does not exist. */
+    setenv("TW_FAULT", "drop=0.1", 1);
+    static const char *const bad_aim[][2] = {
+        {"TW_FAULT_ON", "tpc"}, {"TW_FAULT_RANKS", "1"}, {"TW_FAULT_RANKS", "zero"}};
+    for (size_t i = 0; i < TWT_ARRAY_SIZE(bad_aim); i++) {
+        setenv(bad_aim[i][0], bad_aim[i][1], 1);
+        TWT_CHECKF(tw_init(NULL, &ctx) == TW_ERR_INVALID, "%s=%s accepted", bad_aim[i][0],
+                   bad_aim[i][1]);
+        unsetenv(bad_aim[i][0]);
+    }
+    setenv("TW_FAULT_ON", "self", 1);
+    setenv("TW_FAULT_RANKS", "0", 1);
+    TWT_EQ(tw_init(NULL, &ctx), TW_OK); /* a job of one: rank 0, transport self */
+    TWT_EQ(tw_finalize(ctx), TW_OK);
+    unsetenv("TW_FAULT_ON");
+    unsetenv("TW_FAULT_RANKS");
+    unsetenv("TW_FAULT");
     /* Another launcher started several processes: refuse to run alone. */
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     TWT_EQ(tw_init(NULL, &ctx), TW_ERR_BOOTSTRAP);

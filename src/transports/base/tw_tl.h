@@ -140,6 +140,10 @@ struct tw_tl_ops {
     /** Used only when TW_TRANSPORTS / tw_config_t.transports names it (a
      * transport that is not complete yet), else with every usable one. */
     bool opt_in;
+    /** Delivers arrivals of params.inline_am_ids on the sending thread,
+     * inside am_short / am_zcopy (self): a layer that calls am_short with
+     * a lock held must not mark its own ids inline for it. */
+    bool inline_on_send;
     /** Usable on this host? On failure fill @p why. Thread: any. */
     tw_status_t (*query)(char *why, size_t why_len);
     tw_status_t (*iface_open)(const tw_tl_params_t *params, tw_tl_iface_t **iface_p);

@@ -890,6 +890,7 @@ static void tw_lossy_make_ops(tw_tl_ops_t *ops, const tw_tl_ops_t *inner)
     ops->name = inner->name;
     ops->caps = inner->caps;
     ops->opt_in = inner->opt_in;
+    ops->inline_on_send = inner->inline_on_send;
     ops->query = inner->query;
     if (inner->am_short == tw_tl_stub_am_short) {
         ops->am_short = tw_tl_stub_am_short;

@@ -137,6 +137,7 @@ static void tw_self_iface_close(tw_tl_iface_t *iface);
 const tw_tl_ops_t tw_self_ops = {
     .name = "self",
     .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY,
+    .inline_on_send = true,
     .query = tw_self_query,
     .iface_open = tw_self_iface_open,
     .iface_close = tw_self_iface_close,
