@@ -25,6 +25,8 @@ struct tw_stats {
     unsigned count;
     unsigned stride; /* counters per slot row, rounded up to whole lines */
     size_t values_size;
+    uint64_t (*source)(void *arg, unsigned id); /* counters kept elsewhere, or NULL */
+    void *source_arg;
 };
 
 _Static_assert(sizeof(atomic_uint_fast64_t) == sizeof(uint64_t), "64-bit counters");
@@ -119,7 +121,16 @@ uint64_t tw_stats_read(const tw_stats_t *s, unsigned id)
         sum +=
             atomic_load_explicit(&s->values[(size_t)slot * s->stride + id], memory_order_relaxed);
     }
+    if (s->source != NULL) {
+        sum += s->source(s->source_arg, id);
+    }
     return sum;
+}
+
+void tw_stats_set_source(tw_stats_t *s, uint64_t (*fn)(void *arg, unsigned id), void *arg)
+{
+    s->source = fn;
+    s->source_arg = arg;
 }
 
 const char *tw_stats_name(const tw_stats_t *s)

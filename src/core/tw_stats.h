@@ -41,6 +41,11 @@ static inline void tw_stats_inc(tw_stats_t *s, unsigned id)
 /* For TW_STAT_HWM counters. Thread: any. */
 void tw_stats_hwm(tw_stats_t *s, unsigned id, uint64_t v);
 uint64_t tw_stats_read(const tw_stats_t *s, unsigned id);
+/** Counters a component keeps itself -- e.g. fields bumped under a lock it
+ * holds anyway, cheaper than an atomic add per event -- join the sum:
+ * every read of a counter adds @p fn(@p arg, id). @p fn runs on the
+ * reader's thread; set it before anyone reads. */
+void tw_stats_set_source(tw_stats_t *s, uint64_t (*fn)(void *arg, unsigned id), void *arg);
 const char *tw_stats_name(const tw_stats_t *s);
 /* "name: a=1 b=2 ..." on one line; zero counters are printed too. */
 void tw_stats_print_group(const tw_stats_t *s, FILE *out);

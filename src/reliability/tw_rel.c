@@ -326,6 +326,9 @@ typedef struct tw_rel_peer {
     uint32_t epoch;
     uint64_t last_rx_ns, ping_due;
     bool down, left, reported;
+    /* The two per-message counters, bumped under the lock (a plain load
+     * and store, no atomic add) and summed into rel's stats on read. */
+    _Atomic uint64_t n_frags_sent, n_delivered;
 } tw_rel_peer_t;
 
 typedef struct tw_rel_path {
@@ -385,6 +388,30 @@ static inline bool tw_seq_lt(uint32_t a, uint32_t b)
 }
 
 /* Log the first few of a kind of trouble and then every 1000th. */
+/* Count one event in a per-peer counter. Lock held: one writer. */
+static inline void tw_rel_count(_Atomic uint64_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+static uint64_t tw_rel_stats_source(void *arg, unsigned id)
+{
+    const tw_rel_t *rel = arg;
+    uint64_t sum = 0;
+
+    if (id != TW_REL_STAT_FRAGS_SENT && id != TW_REL_STAT_DELIVERED) {
+        return 0;
+    }
+    for (int r = 0; r < rel->size; r++) {
+        const tw_rel_peer_t *p = &rel->peers[r];
+        sum +=
+            atomic_load_explicit(id == TW_REL_STAT_FRAGS_SENT ? &p->n_frags_sent : &p->n_delivered,
+                                 memory_order_relaxed);
+    }
+    return sum;
+}
+
 static bool tw_rel_should_log(tw_rel_t *rel)
 {
     uint64_t n = atomic_fetch_add_explicit(&rel->logged, 1, memory_order_relaxed);
@@ -507,7 +534,7 @@ static tw_status_t tw_rel_tx_ctrl(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uin
     }
     tw_rel_hdr_init(rel, p, &h, type, g);
     h.seq = cookie;
-    h.crc = tw_rel_crc(&h, NULL, 0, NULL, 0);
+    h.crc = tw_rel_crc(&h, sizeof(h), NULL, 0);
     st = tw_tl_am_short(rel->paths[g].iface, peer, tw_rel_am_of(type), &h, sizeof(h), NULL, 0);
     if (st == TW_OK) {
         p->ack_owed = 0;
@@ -597,9 +624,11 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
         h.msg_len = m->len;
         h.offset = off;
         h.len = (uint32_t)n;
-        h.crc = tw_rel_crc(&h, m->bytes, uh, m->data + off, n);
-        memcpy(buf, &h, sizeof(h));
         memcpy(buf + sizeof(h), m->bytes, uh);
+        h.crc = 0;
+        memcpy(buf, &h, sizeof(h));
+        h.crc = tw_rel_crc(buf, sizeof(h) + uh, m->data + off, n);
+        memcpy(buf + offsetof(tw_rel_hdr_t, crc), &h.crc, sizeof(h.crc));
         st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, buf, sizeof(h) + uh,
                             m->data + off, n);
         if (st == TW_OK || st == TW_ERR_AGAIN) {
@@ -625,7 +654,7 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
     s->due_ns = now + s->rto_ns;
     p->ack_owed = 0; /* piggybacked */
     p->ack_due = 0;
-    tw_stats_inc(rel->stats, TW_REL_STAT_FRAGS_SENT);
+    tw_rel_count(&p->n_frags_sent);
     tw_rel_arm(rel, s->due_ns);
     return TW_OK;
 }
@@ -1011,10 +1040,10 @@ static void tw_rel_drain(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now
             }
             continue;
         }
+        tw_rel_count(&p->n_delivered);
         pthread_mutex_unlock(&p->lock);
         rel->up_recv(rel->up_arg, peer, d->h.am_id, d->bytes, d->h.hdr_len, d->bytes + d->h.hdr_len,
                      d->h.msg_len);
-        tw_stats_inc(rel->stats, TW_REL_STAT_DELIVERED);
         tw_rel_held_free(d);
         pthread_mutex_lock(&p->lock);
     }
@@ -1069,9 +1098,9 @@ static void tw_rel_data_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const
         /* In order and alone: straight up from the transport's buffer. */
         p->delivering = true;
         tw_rel_ack_note(rel, p, peer, h, now);
+        tw_rel_count(&p->n_delivered);
         pthread_mutex_unlock(&p->lock);
         rel->up_recv(rel->up_arg, peer, h->am_id, uhdr, h->hdr_len, data, h->len);
-        tw_stats_inc(rel->stats, TW_REL_STAT_DELIVERED);
         pthread_mutex_lock(&p->lock);
         tw_rel_drain(rel, p, peer, now);
         p->delivering = false;
@@ -1666,7 +1695,7 @@ static const tw_tl_ops_t tw_rel_ops = {
 
 static uint64_t tw_rel_monotonic(void)
 {
-    return tw_time_ns();
+    return tw_time_fast_ns();
 }
 
 tw_status_t tw_rel_create(const tw_rel_params_t *params, tw_rel_t **rel_p)
@@ -1725,6 +1754,7 @@ tw_status_t tw_rel_create(const tw_rel_params_t *params, tw_rel_t **rel_p)
         p->snd_una = p->snd_nxt = p->rcv_nxt = (uint32_t)rel->cfg.seq_start;
         p->epoch = i == rel->rank ? rel->epoch : 0;
     }
+    tw_stats_set_source(rel->stats, tw_rel_stats_source, rel);
     for (unsigned g = 0; g < TW_REL_MAX_PATHS; g++) {
         rel->paths[g] = (tw_rel_path_t){.rel = rel, .index = g};
     }

@@ -7,16 +7,21 @@
 
 #include "core/tw_crc32c.h"
 
-uint32_t tw_rel_crc(const tw_rel_hdr_t *h, const void *uhdr, size_t uhdr_len, const void *payload,
-                    size_t len)
+uint32_t tw_rel_crc(const void *frame, size_t hdr_len, const void *payload, size_t len)
 {
-    tw_rel_hdr_t c = *h;
+    static const unsigned char zero[sizeof(uint32_t)];
+    const size_t at = offsetof(tw_rel_hdr_t, crc);
+    const unsigned char *f = frame;
     uint32_t crc;
 
-    c.crc = 0;
-    crc = tw_crc32c(0, &c, sizeof(c));
-    if (uhdr_len > 0) {
-        crc = tw_crc32c(crc, uhdr, uhdr_len);
+    /* The crc field counts as zero; it is the header's last field, so the
+     * header and the upper header behind it take three runs. */
+    _Static_assert(offsetof(tw_rel_hdr_t, crc) + sizeof(uint32_t) == sizeof(tw_rel_hdr_t),
+                   "crc is the last header field");
+    crc = tw_crc32c(0, f, at);
+    crc = tw_crc32c(crc, zero, sizeof(zero));
+    if (hdr_len > sizeof(tw_rel_hdr_t)) {
+        crc = tw_crc32c(crc, f + sizeof(tw_rel_hdr_t), hdr_len - sizeof(tw_rel_hdr_t));
     }
     if (len > 0) {
         crc = tw_crc32c(crc, payload, len);
@@ -49,7 +54,6 @@ static tw_rel_parse_t tw_rel_bad(const char **why, const char *what, tw_rel_pars
 tw_rel_parse_t tw_rel_parse(uint8_t am_id, const void *hdr, size_t hdr_len, const void *data,
                             size_t len, tw_rel_hdr_t *out, const char **why)
 {
-    const unsigned char *uhdr = (const unsigned char *)hdr + sizeof(tw_rel_hdr_t);
     tw_rel_hdr_t h;
 
     if (hdr == NULL || hdr_len < sizeof(h) || (len > 0 && data == NULL)) {
@@ -59,7 +63,7 @@ tw_rel_parse_t tw_rel_parse(uint8_t am_id, const void *hdr, size_t hdr_len, cons
     /* Checksum first: a flipped bit anywhere is corruption, not a
      * protocol error, whatever field it landed in. */
     if (h.len != len || h.hdr_len != hdr_len - sizeof(h) ||
-        h.crc != tw_rel_crc(&h, uhdr, hdr_len - sizeof(h), data, len)) {
+        h.crc != tw_rel_crc(hdr, hdr_len, data, len)) {
         return tw_rel_bad(why, "checksum mismatch", TW_REL_PARSE_CRC);
     }
     if (h.version != TW_REL_VERSION) {

@@ -78,9 +78,9 @@ typedef enum {
     TW_REL_PARSE_BAD  /* well-formed checksum, impossible fields: a broken peer */
 } tw_rel_parse_t;
 
-/** The CRC32C a frame must carry (h->crc is ignored). */
-uint32_t tw_rel_crc(const tw_rel_hdr_t *h, const void *uhdr, size_t uhdr_len, const void *payload,
-                    size_t len);
+/** The CRC32C a frame must carry: @p frame is its rel header (crc field
+ * ignored) followed by the upper header, @p hdr_len bytes in all. */
+uint32_t tw_rel_crc(const void *frame, size_t hdr_len, const void *payload, size_t len);
 
 /** Check one arrival (transport am id, header bytes, payload) and copy its
  * rel header to @p out. On success the upper header is at

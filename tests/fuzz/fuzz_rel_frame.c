@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf, data + 3, size - 3);
     if ((data[0] & 0x80) && hdr_len >= sizeof(h)) {
         memcpy(&h, buf, sizeof(h));
-        h.crc = tw_rel_crc(&h, buf + sizeof(h), hdr_len - sizeof(h), buf + hdr_len, len);
+        h.crc = tw_rel_crc(buf, hdr_len, buf + hdr_len, len);
         memcpy(buf, &h, sizeof(h));
     }
     memset(&h, 0x5a, sizeof(h));

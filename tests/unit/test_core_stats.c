@@ -38,6 +38,12 @@ static void *add_thread(void *p)
     return NULL;
 }
 
+static uint64_t source(void *arg, unsigned id)
+{
+    (void)arg;
+    return id == ST_MSGS ? 1000 : 0;
+}
+
 int main(void)
 {
     pthread_t th[NTHREADS];
@@ -100,6 +106,22 @@ int main(void)
     for (unsigned i = 0; i < 100; i++) {
         TWT_EQ(tw_stats_read(stats, i), i);
     }
+    tw_stats_destroy(stats);
+
+    /* Counters kept by their owner join the sum of the slots. */
+    stats = tw_stats_create("src", descs, ST_COUNT);
+    TWT_CHECK(stats != NULL);
+    tw_stats_add(stats, ST_MSGS, 5);
+    tw_stats_set_source(stats, source, NULL);
+    TWT_EQ(tw_stats_read(stats, ST_MSGS), 5 + 1000);
+    TWT_EQ(tw_stats_read(stats, ST_BYTES), 0);
+    f = tmpfile();
+    TWT_CHECK(f != NULL);
+    tw_stats_print_group(stats, f);
+    rewind(f);
+    TWT_CHECK(fgets(line, sizeof(line), f) != NULL);
+    TWT_CHECKF(strcmp(line, "src: msgs=1005 bytes=0 depth_hwm=0 idle=0\n") == 0, "got '%s'", line);
+    fclose(f);
     tw_stats_destroy(stats);
     return 0;
 }

@@ -34,6 +34,7 @@
  */
 #include <string.h>
 
+#include "core/tw_crc32c.h"
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
 #include "reliability/tw_rel.h"
@@ -645,7 +646,15 @@ static void inject_data(uint32_t seq, uint32_t src_epoch, uint32_t dst_epoch)
                       .msg_len = sizeof(data),
                       .len = sizeof(data)};
     memset(data, 0xee, sizeof(data));
-    h.crc = tw_rel_crc(&h, buf + sizeof(h), UHDR, data, sizeof(data));
+    memset(buf + sizeof(h), 0x3c, UHDR);
+    memcpy(buf, &h, sizeof(h));
+    h.crc = tw_rel_crc(buf, sizeof(buf), data, sizeof(data));
+    /* The wire format's definition: CRC32C over the header with crc = 0,
+     * the upper header and the payload, in one run. */
+    unsigned char whole[sizeof(buf) + sizeof(data)];
+    memcpy(whole, buf, sizeof(buf));
+    memcpy(whole + sizeof(buf), data, sizeof(data));
+    TWT_EQ(h.crc, tw_crc32c(0, whole, sizeof(whole)));
     memcpy(buf, &h, sizeof(h));
     tw_rel_inject(sides[1].rel, 0, 0, TW_REL_AM_DATA, buf, sizeof(buf), data, sizeof(data));
 }
