@@ -30,14 +30,33 @@
 #if defined(__x86_64__)
 #include <x86intrin.h>
 
-#define TW_TSC_REANCHOR  (1ull << 26) /* ticks between a thread's anchors */
-#define TW_TSC_CALIBRATE 20000000ull  /* ns measured before the ratio is trusted */
+#define TW_TSC_REANCHOR   (1ull << 26) /* ticks between a thread's anchors */
+#define TW_TSC_CALIBRATE  20000000ull  /* ns measured before the ratio is trusted */
+#define TW_TSC_PAIR_TICKS 20000u       /* a clock reading between two TSC reads: ~7 us */
 
 static pthread_once_t tsc_once = PTHREAD_ONCE_INIT;
 static bool tsc_usable;                       /* written in tsc_once */
 static uint64_t cal_tsc, cal_ns;              /* written in tsc_once */
 static _Atomic uint64_t tsc_mult;             /* ns per tick << 32; 0: not measured yet */
 static TW_TLS uint64_t anchor_tsc, anchor_ns; /* this thread's anchor (0: none) */
+
+/* A CLOCK_MONOTONIC reading and the TSC at the same moment: the TSC read
+ * on both sides of it, close together (a thread preempted in between
+ * would pair a reading with a later tick). False after a few tries. */
+static bool tsc_pair(uint64_t *ns, uint64_t *tsc)
+{
+    for (int i = 0; i < 4; i++) {
+        uint64_t t0 = __rdtsc();
+        uint64_t n = tw_time_ns();
+        uint64_t t1 = __rdtsc();
+        if (t1 - t0 < TW_TSC_PAIR_TICKS) {
+            *ns = n;
+            *tsc = t0 + (t1 - t0) / 2;
+            return true;
+        }
+    }
+    return false;
+}
 
 static void tsc_init(void)
 {
@@ -50,25 +69,22 @@ static void tsc_init(void)
         }
         fclose(f);
     }
-    tsc_usable = strcmp(name, "tsc\n") == 0;
-    cal_ns = tw_time_ns();
-    cal_tsc = __rdtsc();
+    tsc_usable = strcmp(name, "tsc\n") == 0 && tsc_pair(&cal_ns, &cal_tsc);
 }
 
 uint64_t tw_time_fast_ns(void)
 {
     uint64_t mult = atomic_load_explicit(&tsc_mult, memory_order_relaxed);
-    uint64_t t = __rdtsc();
+    uint64_t t = __rdtsc(), ns;
 
-    if (TW_LIKELY(mult != 0) && t - anchor_tsc < TW_TSC_REANCHOR) {
+    if (TW_LIKELY(mult != 0) && anchor_tsc != 0 && t - anchor_tsc < TW_TSC_REANCHOR) {
         return anchor_ns + (uint64_t)(((unsigned __int128)(t - anchor_tsc) * mult) >> 32);
     }
     pthread_once(&tsc_once, tsc_init);
-    uint64_t ns = tw_time_ns();
-    if (!tsc_usable) {
-        return ns;
+    if (!tsc_usable || !tsc_pair(&ns, &t)) {
+        anchor_tsc = 0; /* no anchor: the next call reads the clock again */
+        return tw_time_ns();
     }
-    t = __rdtsc();
     if (mult == 0 && ns - cal_ns >= TW_TSC_CALIBRATE && t > cal_tsc) {
         /* Threads that get here together compute about the same ratio;
          * whichever store lands is good. */

@@ -249,6 +249,8 @@ void *tw_cq_owner(const tw_cq_t *cq)
     return cq->owner;
 }
 
+static void tw_cq_batch_flush(tw_cq_t *only);
+
 tw_status_t tw_cq_destroy(tw_cq_t *cq)
 {
     int fd;
@@ -257,6 +259,8 @@ tw_status_t tw_cq_destroy(tw_cq_t *cq)
         tw_error("cq", "tw_cq_destroy: NULL cq");
         return TW_ERR_INVALID;
     }
+    /* A handler that destroys a CQ its own pass pushed to. */
+    tw_cq_batch_flush(cq);
     /* Acquire: pairs with the release increments of tw_cq_push. */
     tw_backoff_t b = TW_BACKOFF_INIT;
     for (;;) {
@@ -367,6 +371,77 @@ static void tw_cq_wake(tw_cq_t *cq)
     tw_cq_stat_add(cq, TW_CQ_STAT_WAKEUPS, 1);
 }
 
+/* This thread's batch (tw_cq_batch_begin): CQs pushed to whose wake-up
+ * and "pushed" increments wait for the end. */
+#define TW_CQ_BATCH_MAX 8
+typedef struct tw_cq_batch {
+    unsigned depth;
+    unsigned n;
+    struct {
+        tw_cq_t *cq;
+        unsigned pushes;
+        bool wake;
+    } e[TW_CQ_BATCH_MAX];
+} tw_cq_batch_t;
+static TW_TLS tw_cq_batch_t tw_cq_batch;
+
+static void tw_cq_batch_flush(tw_cq_t *only)
+{
+    tw_cq_batch_t *b = &tw_cq_batch;
+
+    for (unsigned i = 0; i < b->n;) {
+        tw_cq_t *cq = b->e[i].cq;
+        if (only != NULL && cq != only) {
+            i++;
+            continue;
+        }
+        if (b->e[i].wake) {
+            tw_cq_wake(cq);
+        }
+        /* Last access to *cq (see tw_cq_push). */
+        atomic_fetch_add_explicit(&cq->pushed, b->e[i].pushes, memory_order_release);
+        b->e[i] = b->e[--b->n];
+    }
+}
+
+void tw_cq_batch_begin(void)
+{
+    tw_cq_batch.depth++;
+}
+
+void tw_cq_batch_end(void)
+{
+    if (--tw_cq_batch.depth == 0) {
+        tw_cq_batch_flush(NULL);
+    }
+}
+
+/* Leave @p cq's wake-up and done mark to the batch's end; false when
+ * there is no batch or no room in it. */
+static bool tw_cq_batch_hold(tw_cq_t *cq, bool wake)
+{
+    tw_cq_batch_t *b = &tw_cq_batch;
+
+    if (b->depth == 0) {
+        return false;
+    }
+    for (unsigned i = 0; i < b->n; i++) {
+        if (b->e[i].cq == cq) {
+            b->e[i].pushes++;
+            b->e[i].wake |= wake;
+            return true;
+        }
+    }
+    if (b->n == TW_CQ_BATCH_MAX) {
+        return false;
+    }
+    b->e[b->n].cq = cq;
+    b->e[b->n].pushes = 1;
+    b->e[b->n].wake = wake;
+    b->n++;
+    return true;
+}
+
 void tw_cq_push(tw_cq_t *cq, const tw_completion_t *c)
 {
     bool ok;
@@ -384,12 +459,16 @@ void tw_cq_push(tw_cq_t *cq, const tw_completion_t *c)
     /* Store p_tail / load waiters and fd_signaled -- the producer half of
      * both Dekker pairs on top: the seq_cst fence that ends every
      * tw_ring enqueue_mp, right after its commit, orders them. */
-    if (atomic_load_explicit(&cq->waiters, memory_order_relaxed) != 0) {
-        tw_cq_wake(cq);
-    }
+    bool wake = atomic_load_explicit(&cq->waiters, memory_order_relaxed) != 0;
     fd = atomic_load_explicit(&cq->efd, memory_order_acquire);
     if (fd >= 0) {
         tw_cq_fd_signal(cq, fd);
+    }
+    if (tw_cq_batch_hold(cq, wake)) {
+        return;
+    }
+    if (wake) {
+        tw_cq_wake(cq);
     }
     /* Last access to *cq: tw_cq_destroy may free it once this lands. */
     atomic_fetch_add_explicit(&cq->pushed, 1, memory_order_release);
@@ -518,6 +597,11 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
     n = tw_cq_poll(cq, out, max);
     if (n > 0) {
         return n;
+    }
+    /* About to wait: no wake-up of ours may wait with us (a handler may
+     * not block, but a batch must never be what a waiter waits for). */
+    if (tw_cq_batch.depth > 0) {
+        tw_cq_batch_flush(NULL);
     }
     deadline = tw_deadline_ms(timeout_ms);
     if (cq->progress_fn != NULL) {

@@ -62,6 +62,16 @@ void tw_cq_unreserve(tw_cq_t *cq);
 /** Deliver a completion against an earlier reservation; wakes waiters only
  * if one is announced. Thread: any. */
 void tw_cq_push(tw_cq_t *cq, const tw_completion_t *c);
+
+/** A batch of pushes on this thread: between begin and end, a push that
+ * finds a waiter leaves the futex wake-up (and its own "done" mark) for
+ * end, once per CQ -- so a progress pass that completes 32 operations
+ * wakes a sleeping thread once, at the end, instead of handing it the CPU
+ * after the first (the waiter often shares it). Nests; tw_cq_destroy on
+ * the batching thread ends the batch's hold on that CQ first.
+ * Thread: the caller's own. */
+void tw_cq_batch_begin(void);
+void tw_cq_batch_end(void);
 /** Operations reserved and not yet pushed (racy snapshot). */
 unsigned tw_cq_inflight(const tw_cq_t *cq);
 /** Threads announced as sleeping in tw_cq_wait (racy snapshot; tests). */

@@ -59,6 +59,7 @@
 #include "core/tw_mem.h"
 #include "core/tw_stats.h"
 #include "core/tw_time.h"
+#include "progress/tw_cq.h"
 #include "progress/tw_pe.h"
 #include "progress/tw_ring.h"
 
@@ -204,14 +205,18 @@ static unsigned tw_pe_run_cmds_locked(tw_pe_t *pe, unsigned max)
 static int tw_pe_run_locked(tw_pe_t *pe)
 {
     int events = 0;
-    unsigned ncmd = tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH);
+    unsigned ncmd;
 
+    /* A sleeping worker is woken once per pass, after it (tw_cq.h). */
+    tw_cq_batch_begin();
+    ncmd = tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH);
     for (unsigned i = 0; i < pe->nfns; i++) {
         int r = pe->fns[i].fn(pe->fns[i].arg);
         if (r > 0) {
             events += r;
         }
     }
+    tw_cq_batch_end();
     tw_stats_inc(pe->stats, TW_PE_STAT_LOOPS);
     if (events > 0) {
         tw_stats_add(pe->stats, TW_PE_STAT_EVENTS, (uint64_t)events);
@@ -238,7 +243,9 @@ int tw_pe_try_call(tw_pe_t *pe, tw_pe_fn_t fn, void *arg)
     if (!tw_pe_trylock(pe)) {
         return 0;
     }
+    tw_cq_batch_begin();
     n = fn(arg);
+    tw_cq_batch_end();
     tw_pe_unlock(pe);
     return n;
 }

@@ -3,7 +3,9 @@
 /*
  * tw_cq_wait: timeouts in every mode, a producer waking a sleeping waiter
  * (block and adaptive), the waiter count returning to 0, no wake-up
- * syscall when nobody sleeps, and manual mode driving progress_fn.
+ * syscall when nobody sleeps, manual mode driving progress_fn, and
+ * batches (tw_cq_batch_begin/end): 32 pushes wake a sleeper once, at the
+ * end, and a CQ destroyed inside its own batch is let go first.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -199,6 +201,51 @@ static void test_manual(void)
     TWT_EQ(tw_cq_destroy(cq), TW_OK);
 }
 
+/* A batch of pushes to a sleeper's CQ wakes it once, when the batch ends. */
+static void test_batch(void)
+{
+    tw_stats_t *st = tw_stats_create("cq", tw_cq_stat_descs, TW_CQ_STAT_COUNT);
+    tw_cq_t *cq = open_cq(TW_WAIT_BLOCK, 0, st);
+    tw_cq_t *other = open_cq(TW_WAIT_BLOCK, 0, NULL);
+    waiter_arg_t a = {.cq = cq, .timeout_ms = -1};
+    pthread_t th;
+    double t0 = twt_now();
+
+    TWT_EQ(pthread_create(&th, NULL, waiter, &a), 0);
+    while (tw_cq_waiters(cq) == 0) {
+        TWT_CHECK(twt_now() - t0 < 10.0);
+        sleep_ms(1);
+    }
+    sleep_ms(30); /* let it reach futex_wait */
+    tw_cq_batch_begin();
+    tw_cq_batch_begin(); /* nested: the outer end flushes */
+    for (unsigned i = 0; i < 8; i++) {
+        push_one(cq, 100 + i);
+        push_one(other, i);
+    }
+    tw_cq_batch_end();
+    sleep_ms(30);
+    TWT_EQ(tw_stats_read(st, TW_CQ_STAT_WAKEUPS), 0); /* held */
+    TWT_EQ(tw_cq_waiters(cq), 1);
+    tw_cq_batch_end();
+    join_within(th, 10);
+    TWT_EQ(a.result, 2); /* it asked for at most 2 */
+    TWT_EQ(a.tag, 100);
+    TWT_EQ(tw_stats_read(st, TW_CQ_STAT_WAKEUPS), 1);
+
+    /* Destroying a CQ the batch holds lets it go first (no hang). */
+    tw_completion_t out[16];
+    TWT_EQ(tw_cq_poll(cq, out, 16), 6);
+    TWT_EQ(tw_cq_poll(other, out, 16), 8);
+    tw_cq_batch_begin();
+    push_one(other, 99);
+    TWT_EQ(tw_cq_poll(other, out, 16), 1);
+    TWT_EQ(tw_cq_destroy(other), TW_OK);
+    tw_cq_batch_end();
+    TWT_EQ(tw_cq_destroy(cq), TW_OK);
+    tw_stats_destroy(st);
+}
+
 int main(void)
 {
     test_timeout(TW_WAIT_SPIN);
@@ -210,6 +257,7 @@ int main(void)
     test_wakeup(TW_WAIT_ADAPTIVE, 20000);
     test_spin_wait();
     test_manual();
+    test_batch();
     printf("ok\n");
     return 0;
 }
