@@ -19,12 +19,6 @@ static inline uint64_t tw_time_us(void)
     return tw_time_ns() / 1000u;
 }
 
-/** CLOCK_MONOTONIC within ~10 us, at half the cost where the kernel keeps
- * time with the TSC (tw_time.c): for timers of milliseconds on hot paths.
- * Unlike tw_time_ns, a reading may be a few microseconds below an earlier
- * one (another thread's, or this thread's before it re-anchored). */
-uint64_t tw_time_fast_ns(void);
-
 /** A deadline @p timeout_ms from now; -1 gives UINT64_MAX (never). */
 static inline uint64_t tw_deadline_ms(int timeout_ms)
 {

@@ -1703,7 +1703,7 @@ static const tw_tl_ops_t tw_rel_ops = {
 
 static uint64_t tw_rel_monotonic(void)
 {
-    return tw_time_fast_ns();
+    return tw_time_ns();
 }
 
 tw_status_t tw_rel_create(const tw_rel_params_t *params, tw_rel_t **rel_p)
