@@ -701,7 +701,9 @@ int main(int argc, char **argv)
 
     tw_config_t cfg;
     tw_config_init(&cfg);
+    double t_init = twt_now();
     tw_status_t st = tw_init(&cfg, &g_ctx);
+    t_init = twt_now() - t_init;
     A2A_CHECK(st == TW_OK, "tw_init: %s", tw_strerror(st));
     g_rank = tw_rank(g_ctx);
     g_size = tw_size(g_ctx);
@@ -758,13 +760,13 @@ int main(int argc, char **argv)
     printf("alltoall rank %d of %d (%s progress): %u threads x %u msgs x %d ranks: "
            "sent %llu (%.1f MiB), received %llu intact exactly once (exact %llu, channel "
            "%llu, masked %llu, any-source %llu; %llu > 8 KiB, %llu truncated as planned, "
-           "%.1f MiB), in order; %.2f s\n",
+           "%.1f MiB), in order; %.2f s (tw_init %.0f ms)\n",
            g_rank, g_size, pt != NULL && strcmp(pt, "0") == 0 ? "manual" : "thread", g_threads,
            g_msgs, g_size, (unsigned long long)sent, (double)bsent / (1 << 20),
            (unsigned long long)recv, (unsigned long long)by_cls[CLS_EXACT],
            (unsigned long long)by_cls[CLS_CHAN], (unsigned long long)by_cls[CLS_MASKED],
            (unsigned long long)by_cls[CLS_ANY], (unsigned long long)large,
-           (unsigned long long)trunc, (double)brecv / (1 << 20), dt);
+           (unsigned long long)trunc, (double)brecv / (1 << 20), dt, t_init * 1e3);
     for (unsigned i = 0; i < g_threads; i++) {
         for (size_t k = 0; k < (size_t)g_size * g_threads; k++) {
             free(g_w[i].srcs[k].exact);
