@@ -59,8 +59,6 @@ int main(int argc, char **argv)
             printf(" (%s)\n", why);
         }
     }
-    printf("  %-6s unavailable (not in this build yet; libibverbs %s at build time)\n", "verbs",
-           TW_HAVE_VERBS ? "found" : "not found");
     printf("  %-6s available   (a wrapper: fault injection on the others, with TW_FAULT)\n\n",
            "lossy");
     printf("reliability layer (TW_RELIABLE=1): checksums, acks, retransmission, failover between\n"

@@ -24,6 +24,7 @@
 #include "transports/lossy/tw_lossy.h"
 #include "transports/shm/tw_shm.h"
 #include "transports/tcp/tw_tcp.h"
+#include "transports/verbs/tw_verbs.h"
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
 
@@ -145,9 +146,9 @@ static const tw_cfg_table_t tw_boot_cfg_table = {
     .count = TW_ARRAY_SIZE(tw_boot_cfg_entries),
 };
 
-const tw_cfg_table_t *const tw_cfg_all_tables[] = {&tw_core_cfg_table, &tw_rt_cfg_table,
-                                                   &tw_boot_cfg_table, &tw_shm_cfg_table,
-                                                   &tw_tcp_cfg_table,  &tw_rel_cfg_table};
+const tw_cfg_table_t *const tw_cfg_all_tables[] = {
+    &tw_core_cfg_table, &tw_rt_cfg_table,    &tw_boot_cfg_table, &tw_shm_cfg_table,
+    &tw_tcp_cfg_table,  &tw_verbs_cfg_table, &tw_rel_cfg_table};
 const size_t tw_cfg_all_tables_count = TW_ARRAY_SIZE(tw_cfg_all_tables);
 
 /* ---- context shells -------------------------------------------------- */
@@ -352,16 +353,22 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
 }
 
 /* Checks TW_TRANSPORTS / cfg.transports names: every name must be known;
- * names of transports not in this build are TW_ERR_UNSUPPORTED. */
+ * a transport named but not usable here (verbs without an RDMA device or
+ * without libibverbs at build time) is TW_ERR_UNSUPPORTED, with the reason. */
 static tw_status_t tw_ctx_check_transports(const char *list)
 {
-    static const char *const later[] = {"verbs"};
     char buf[TW_CFG_STRLEN];
     char *save = NULL;
 
     strcpy(buf, list);
     for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
-        if (tw_tl_find(t) != NULL) {
+        const tw_tl_ops_t *ops = tw_tl_find(t);
+        if (ops != NULL) {
+            char why[256] = "";
+            if (ops->query(why, sizeof(why)) != TW_OK) {
+                tw_error("init", "transport '%s' in TW_TRANSPORTS is not usable here: %s", t, why);
+                return TW_ERR_UNSUPPORTED;
+            }
             continue;
         }
         if (strcmp(t, "lossy") == 0) {
@@ -369,13 +376,12 @@ static tw_status_t tw_ctx_check_transports(const char *list)
                              "not TW_TRANSPORTS");
             return TW_ERR_INVALID;
         }
-        for (size_t i = 0; i < TW_ARRAY_SIZE(later); i++) {
-            if (strcmp(t, later[i]) == 0) {
-                tw_error("init", "transport '%s' is not available in this build", t);
-                return TW_ERR_UNSUPPORTED;
-            }
+        char known[128] = "";
+        for (size_t i = 0; tw_tl_all[i] != NULL; i++) {
+            size_t n = strlen(known);
+            snprintf(known + n, sizeof(known) - n, "%s%s", n > 0 ? ", " : "", tw_tl_all[i]->name);
         }
-        tw_error("init", "unknown transport '%s' in TW_TRANSPORTS (known: self, shm, tcp)", t);
+        tw_error("init", "unknown transport '%s' in TW_TRANSPORTS (known: %s)", t, known);
         return TW_ERR_INVALID;
     }
     return TW_OK;

@@ -12,8 +12,11 @@
 extern const tw_tl_ops_t tw_self_ops;
 extern const tw_tl_ops_t tw_shm_ops;
 extern const tw_tl_ops_t tw_tcp_ops;
+extern const tw_tl_ops_t tw_verbs_ops;
 
-const tw_tl_ops_t *const tw_tl_all[] = {&tw_self_ops, &tw_shm_ops, &tw_tcp_ops, NULL};
+/* Routing order: the first that reaches a peer carries its traffic. */
+const tw_tl_ops_t *const tw_tl_all[] = {&tw_self_ops, &tw_shm_ops, &tw_verbs_ops, &tw_tcp_ops,
+                                        NULL};
 
 const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT] = {
     [TW_TL_STAT_TX_MSGS] = {"tx_msgs", TW_STAT_COUNTER},
