@@ -6,18 +6,23 @@
 # ratios hold on a shared, noisy machine. Each measurement runs REPS times
 # (default 5) at high priority in its own autogroup, alternating peers and
 # threadwire; the table shows medians and threadwire / peer.
-#   tools/perf-peers.sh shm|tcp [BUILD_DIR]     (default build/release)
-#   tools/perf-shm.sh, tools/perf-tcp.sh        (the same, one transport each)
+#   tools/perf-peers.sh shm|tcp|verbs [BUILD_DIR]   (default build/release)
+#   tools/perf-shm.sh, tools/perf-tcp.sh, tools/perf-verbs.sh (one transport each)
 #   shm  twrun -n 2 tw_perf (shm)   beside ucx_perftest, UCX_TLS=sm
 #   tcp  TW_TRANSPORTS=tcp twrun -n 2 tw_perf   beside ucx_perftest, UCX_TLS=tcp
 #        and UCX_NET_DEVICES=lo, and Open MPI's tcp BTL on lo running
 #        tools/bench-peers/mpi_pingpong.c (built with mpicc in a temp dir)
+#   verbs  TW_TRANSPORTS=verbs,self twrun -n 2 tw_perf, through the HCA's
+#        loopback (one node), beside ucx_perftest with UCX_TLS=rc_v,self;
+#        TW_VERBS_DEVICES (e.g. mlx5_0:1) picks the device for both. Rows
+#        for 1, 4 and 8 thread pairs on the one HCA. For real hardware:
+#        figures from an emulated device (Soft-RoCE under TCG) mean nothing.
 # Needs ucx-utils for the UCX column, openmpi-bin and libopenmpi-dev for the
 # Open MPI one (tcp); a missing peer shows "-". About 15 s (shm) and
 # 1.5 min (tcp) at REPS=5 on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { echo "usage: tools/perf-peers.sh shm|tcp [BUILD_DIR]   (REPS=N, default 5)" >&2; exit 2; }
+usage() { echo "usage: tools/perf-peers.sh shm|tcp|verbs [BUILD_DIR]   (REPS=N, default 5)" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 transport=$1
 build=${2:-build/release}
@@ -79,6 +84,29 @@ case $transport in
       "rate|8 B rate, M msg/s (progress thread, 4 thr)|-x rate -s 8 -t 4"
       "bw|1 MiB bandwidth, MB/s (manual, spin)|-x bw -s 1m -p 0 -m spin -n 200"
       "bw|1 MiB bandwidth, MB/s (progress thread)|-x bw -s 1m -n 200"
+    ) ;;
+  verbs)
+    tw_env=("TW_TRANSPORTS=verbs,self")
+    ucx_env=("UCX_TLS=rc_v,self")
+    if [ -n "${TW_VERBS_DEVICES:-}" ]; then
+      dev=${TW_VERBS_DEVICES%%,*}
+      [[ $dev == *:* ]] || dev=$dev:1
+      ucx_env+=(UCX_NET_DEVICES="$dev")
+    fi
+    peers=(ucx)
+    peer_name=([ucx]="UCX rc")
+    ucx_args=([lat]="-t tag_lat -s 8 -n 100000" [rate]="-t tag_bw -s 8 -n 1000000"
+      [bw]="-t tag_bw -s 1048576 -n 2000")
+    rows=(
+      "lat|8 B latency, us (manual progress, spin)|-x lat -s 8 -p 0 -m spin -n 100000"
+      "lat|8 B latency, us (progress thread, spin)|-x lat -s 8 -m spin -n 20000"
+      "lat|8 B latency, us (progress thread, adaptive)|-x lat -s 8 -n 20000"
+      "rate|8 B rate, M msg/s (manual, spin)|-x rate -s 8 -p 0 -m spin"
+      "rate|8 B rate, M msg/s (progress thread, 1 thr/HCA)|-x rate -s 8"
+      "rate|8 B rate, M msg/s (progress thread, 4 thr/HCA)|-x rate -s 8 -t 4"
+      "rate|8 B rate, M msg/s (progress thread, 8 thr/HCA)|-x rate -s 8 -t 8"
+      "bw|1 MiB bandwidth, MB/s (manual, spin)|-x bw -s 1m -p 0 -m spin -n 2000"
+      "bw|1 MiB bandwidth, MB/s (progress thread)|-x bw -s 1m -n 2000"
     ) ;;
   *) usage ;;
 esac
