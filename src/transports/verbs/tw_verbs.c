@@ -576,7 +576,7 @@ static bool tw_verbs_rsend_done(tw_verbs_dev_t *dev, uint64_t sid, int peer, tw_
     s->comp = NULL;
     s->mr = NULL;
     s->region = NULL;
-    s->gen++;
+    s->gen = (s->gen + 1) & 0x7fffffffu; /* bit 63 of a sid is the "registered" mark */
     s->next_free = dev->rsend_free;
     dev->rsend_free = idx;
     comp->cb(comp, st);
@@ -1285,6 +1285,10 @@ static void tw_verbs_enqueue(tw_verbs_dev_t *dev, tw_verbs_op_t *op)
             int rc = ibv_modify_qp(ep->qp, &a, IBV_QP_STATE);
             tw_warn("verbs", "%s: test hook: QP to rank %d moved to the error state (%s)",
                     dev->name, op->peer, rc == 0 ? "ok" : strerror(rc));
+            /* An idle QP has nothing to flush, and a modify raises no
+             * async event: fail the peer (and tell it) now, as the first
+             * flushed completion would. */
+            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "its QP was moved to the error state", true);
         }
         tw_verbs_op_free(op);
         return;
@@ -1342,7 +1346,10 @@ static tw_status_t tw_verbs_submit(tw_verbs_iface_t *vb, tw_verbs_op_t *op, size
 
 static tw_status_t tw_verbs_check_peer(tw_verbs_iface_t *vb, int peer)
 {
-    if (peer < 0 || peer >= vb->super.size || peer == vb->super.rank) {
+    /* rud_qpn stays 0 for a peer addr_connect could not address (another
+     * link layer): never a UD QP number (QP 0 is the SMI). */
+    if (peer < 0 || peer >= vb->super.size || peer == vb->super.rank ||
+        vb->eps[peer].rud_qpn == 0) {
         return TW_ERR_UNREACHABLE;
     }
     if (atomic_load_explicit(&vb->down[peer], memory_order_acquire)) {
@@ -2662,6 +2669,28 @@ static bool tw_verbs_dev_busy(tw_verbs_dev_t *dev)
     return false;
 }
 
+/* The rendezvous handles still held and the registrations they and the
+ * cache keep: released for every device before any device closes (a
+ * region spans all devices, and an MR must go before its PD). */
+static void tw_verbs_dev_release_handles(tw_verbs_dev_t *dev)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+
+    if (vb == NULL || dev->handles.next == NULL) {
+        return; /* never opened */
+    }
+    while (dev->handles.next != &dev->handles) {
+        tw_tl_rndv_t *h = dev->handles.next;
+        if (h->mr != NULL) {
+            (void)ibv_dereg_mr(h->mr);
+        }
+        if (h->region != NULL) {
+            tw_verbs_rcache_put(&vb->rcache, h->region);
+        }
+        tw_verbs_handle_free(h);
+    }
+}
+
 static void tw_verbs_dev_close(tw_verbs_dev_t *dev)
 {
     tw_verbs_iface_t *vb = dev->vb;
@@ -2683,16 +2712,6 @@ static void tw_verbs_dev_close(tw_verbs_dev_t *dev)
         if (ep->ah != NULL) {
             (void)ibv_destroy_ah(ep->ah);
         }
-    }
-    while (dev->handles.next != &dev->handles) {
-        tw_tl_rndv_t *h = dev->handles.next;
-        if (h->mr != NULL) {
-            (void)ibv_dereg_mr(h->mr);
-        }
-        if (h->region != NULL) {
-            tw_verbs_rcache_put(&vb->rcache, h->region);
-        }
-        tw_verbs_handle_free(h);
     }
     if (dev->rsends != NULL) {
         tw_free(dev->rsends, dev->nrsends * sizeof(*dev->rsends));
@@ -2862,10 +2881,14 @@ static void tw_verbs_iface_close(tw_tl_iface_t *iface)
         }
     }
     for (int d = 0; d < vb->ndev; d++) {
-        tw_verbs_dev_close(&vb->devs[d]);
+        tw_verbs_dev_release_handles(&vb->devs[d]);
     }
     if (vb->rcache_ok) {
         tw_verbs_rcache_cleanup(&vb->rcache);
+        vb->rcache_ok = false;
+    }
+    for (int d = 0; d < vb->ndev; d++) {
+        tw_verbs_dev_close(&vb->devs[d]);
     }
     if (vb->eps != NULL) {
         tw_free(vb->eps, (size_t)iface->size * sizeof(*vb->eps));

@@ -28,7 +28,7 @@ static const tw_cfg_entry_t tw_verbs_cfg_entries[] = {
              "GID among indexes 0-15",
      .offset = offsetof(tw_verbs_cfg_t, gid_index),
      .min = -1,
-     .max = 1023},
+     .max = 255 /* ibv_global_route.sgid_index is 8 bits */},
     {.name = "TW_VERBS_RX_DEPTH",
      .type = TW_CFG_UINT64,
      .defval = "512",
