@@ -67,3 +67,29 @@ uint64_t tw_siphash24(const uint8_t key[16], const void *data, size_t len)
     }
     return v0 ^ v1 ^ v2 ^ v3;
 }
+
+tw_status_t tw_siphash_key_parse(const char *hex, uint8_t out[16])
+{
+    uint8_t key[16];
+
+    if (hex == NULL || strlen(hex) != 32) {
+        return TW_ERR_INVALID;
+    }
+    for (int i = 0; i < 32; i++) {
+        char c = hex[i];
+        int v = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (v < 0) {
+            return TW_ERR_INVALID;
+        }
+        if (i % 2 == 0) {
+            key[i / 2] = (uint8_t)(v << 4);
+        } else {
+            key[i / 2] |= (uint8_t)v;
+        }
+    }
+    memcpy(out, key, sizeof(key)); /* only on success */
+    return TW_OK;
+}

@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/tw_siphash.h"
 #include "threadwire/threadwire.h"
 #include "transports/tcp/tw_tcp.h"
 #include "transports/tcp/tw_tcp_proto.h"
@@ -106,7 +107,7 @@ static void attack(tw_context_t *ctx, int victim)
     unsigned n = (unsigned)twt_scaled(5000, 250); /* per victim: 10^4 in all */
 
     TWT_CHECK(port != 0);
-    TWT_EQ(tw_tcp_key_parse(getenv("TW_JOB_KEY"), key), TW_OK);
+    TWT_EQ(tw_siphash_key_parse(getenv("TW_JOB_KEY"), key), TW_OK);
     for (unsigned i = 0; i < n; i++) {
         close(dial(port)); /* connect and close */
     }

@@ -545,14 +545,14 @@ static void test_key_parse(void)
     for (size_t i = 0; i < TWT_ARRAY_SIZE(good); i++) {
         TWT_EQ(strlen(good[i]), 32);
         memset(k, 0x5a, sizeof(k));
-        TWT_CHECKF(tw_tcp_key_parse(good[i], k) == TW_OK, "%s", good[i]);
+        TWT_CHECKF(tw_siphash_key_parse(good[i], k) == TW_OK, "%s", good[i]);
         TWT_CHECKF(memcmp(k, want, 16) == 0, "%s", good[i]);
     }
-    TWT_EQ(tw_tcp_key_parse("000102030405060708090a0b0c0d0e0f", k), TW_OK);
+    TWT_EQ(tw_siphash_key_parse("000102030405060708090a0b0c0d0e0f", k), TW_OK);
     for (int i = 0; i < 16; i++) {
         TWT_EQ(k[i], i);
     }
-    TWT_EQ(tw_tcp_key_parse("FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", k), TW_OK);
+    TWT_EQ(tw_siphash_key_parse("FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", k), TW_OK);
     for (int i = 0; i < 16; i++) {
         TWT_EQ(k[i], 0xff);
     }
@@ -562,25 +562,25 @@ static void test_key_parse(void)
     for (size_t i = 0; i < TWT_ARRAY_SIZE(lens); i++) {
         memset(s, 'a', lens[i]);
         s[lens[i]] = '\0';
-        TWT_CHECKF(tw_tcp_key_parse(s, k) == TW_ERR_INVALID, "length %zu accepted", lens[i]);
+        TWT_CHECKF(tw_siphash_key_parse(s, k) == TW_ERR_INVALID, "length %zu accepted", lens[i]);
     }
     /* One non-hex character anywhere. */
     for (size_t pos = 0; pos < 32; pos++) {
         for (size_t c = 0; c < sizeof(not_hex) - 1; c++) {
             memcpy(s, good[0], 33);
             s[pos] = not_hex[c];
-            TWT_CHECKF(tw_tcp_key_parse(s, k) == TW_ERR_INVALID, "'%c' at %zu accepted", not_hex[c],
-                       pos);
+            TWT_CHECKF(tw_siphash_key_parse(s, k) == TW_ERR_INVALID, "'%c' at %zu accepted",
+                       not_hex[c], pos);
         }
     }
     /* "0x" prefix, spaces around, an embedded NUL (shortens the string). */
-    TWT_EQ(tw_tcp_key_parse("0x001122334455667789abcdeffedcba98", k), TW_ERR_INVALID);
-    TWT_EQ(tw_tcp_key_parse(" 001122334455667789abcdeffedcba98", k), TW_ERR_INVALID);
-    TWT_EQ(tw_tcp_key_parse("001122334455667789abcdeffedcba98\n", k), TW_ERR_INVALID);
+    TWT_EQ(tw_siphash_key_parse("0x001122334455667789abcdeffedcba98", k), TW_ERR_INVALID);
+    TWT_EQ(tw_siphash_key_parse(" 001122334455667789abcdeffedcba98", k), TW_ERR_INVALID);
+    TWT_EQ(tw_siphash_key_parse("001122334455667789abcdeffedcba98\n", k), TW_ERR_INVALID);
     memcpy(s, good[0], 33);
     s[20] = '\0';
-    TWT_EQ(tw_tcp_key_parse(s, k), TW_ERR_INVALID);
-    TWT_EQ(tw_tcp_key_parse(NULL, k), TW_ERR_INVALID);
+    TWT_EQ(tw_siphash_key_parse(s, k), TW_ERR_INVALID);
+    TWT_EQ(tw_siphash_key_parse(NULL, k), TW_ERR_INVALID);
 }
 
 /* Fixes of what the first review found: NULL with length 0, outputs
@@ -609,7 +609,7 @@ static void test_contract_edges(void)
     TWT_EQ(fout.len, 0xcdcdcdcdcdcdcdcdull);
     /* A bad character late in the key: nothing written. */
     memset(kout, 0xee, sizeof(kout));
-    TWT_EQ(tw_tcp_key_parse("00112233445566778899aabbccddeeXf", kout), TW_ERR_INVALID);
+    TWT_EQ(tw_siphash_key_parse("00112233445566778899aabbccddeeXf", kout), TW_ERR_INVALID);
     for (int i = 0; i < 16; i++) {
         TWT_EQ(kout[i], 0xee);
     }

@@ -117,6 +117,7 @@
 #include "core/tw_config.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
+#include "core/tw_siphash.h"
 #include "core/tw_time.h"
 #include "transports/base/tw_tl.h"
 #include "transports/tcp/tw_tcp.h"
@@ -2114,7 +2115,7 @@ static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t
         st = TW_ERR_INVALID;
         goto err;
     }
-    if (tw_tcp_key_parse(params->job_key, tcp->key) != TW_OK) {
+    if (tw_siphash_key_parse(params->job_key, tcp->key) != TW_OK) {
         tw_error("tcp", "no job key: the TCP transport needs twrun's TW_JOB_KEY");
         st = TW_ERR_INVALID;
         goto err;

@@ -132,29 +132,3 @@ tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, ui
     *out = *f; /* only on success */
     return TW_OK;
 }
-
-tw_status_t tw_tcp_key_parse(const char *hex, uint8_t out[16])
-{
-    uint8_t key[16];
-
-    if (hex == NULL || strlen(hex) != 32) {
-        return TW_ERR_INVALID;
-    }
-    for (int i = 0; i < 32; i++) {
-        char c = hex[i];
-        int v = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (v < 0) {
-            return TW_ERR_INVALID;
-        }
-        if (i % 2 == 0) {
-            key[i / 2] = (uint8_t)(v << 4);
-        } else {
-            key[i / 2] |= (uint8_t)v;
-        }
-    }
-    memcpy(out, key, sizeof(key)); /* only on success */
-    return TW_OK;
-}

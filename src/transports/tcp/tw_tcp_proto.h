@@ -81,7 +81,4 @@ void tw_tcp_frame_pack(const tw_tcp_frame_t *f, uint8_t buf[TW_TCP_FRAME_LEN]);
 tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, uint64_t max_len,
                                tw_tcp_frame_t *f, const char **why);
 
-/** Parse a 32-character hex job key into 16 bytes. TW_ERR_INVALID. */
-tw_status_t tw_tcp_key_parse(const char *hex, uint8_t key[16]);
-
 #endif /* TW_TCP_PROTO_H */

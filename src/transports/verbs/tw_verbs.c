@@ -142,6 +142,7 @@
 #include "core/tw_config.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
+#include "core/tw_siphash.h"
 #include "core/tw_time.h"
 #include "transports/base/tw_tl.h"
 #include "transports/verbs/tw_verbs.h"
@@ -2587,7 +2588,7 @@ static tw_status_t tw_verbs_iface_open(const tw_tl_params_t *params, tw_tl_iface
         st = TW_ERR_INVALID;
         goto err;
     }
-    if (tw_verbs_key_parse(params->job_key, vb->key) != TW_OK) {
+    if (tw_siphash_key_parse(params->job_key, vb->key) != TW_OK) {
         tw_error("verbs", "no job key: the verbs transport needs twrun's TW_JOB_KEY");
         st = TW_ERR_INVALID;
         goto err;

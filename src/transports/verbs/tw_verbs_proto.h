@@ -141,8 +141,6 @@ size_t tw_verbs_rkey_pack(const uint32_t *rkeys, unsigned ndev, uint8_t *buf);
 /** The rkey for device @p dev of a packed key (from any caller: checked). */
 tw_status_t tw_verbs_rkey_parse(const void *buf, unsigned dev, uint32_t *rkey_p);
 
-/** Parse a 32-character hex job key. TW_ERR_INVALID. */
-tw_status_t tw_verbs_key_parse(const char *hex, uint8_t key[16]);
 /** The UD Q_Key of a job: from its key, high bit clear (not a controlled key). */
 uint32_t tw_verbs_qkey(const uint8_t key[16]);
 
