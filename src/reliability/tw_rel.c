@@ -703,17 +703,8 @@ static void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const ch
         return;
     }
     p->down = true;
-    for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
-        tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
-        if (s->msg != NULL && !s->acked && !s->msg->failing) {
-            s->msg->failing = true;
-            s->msg->status = TW_ERR_PEER_FAILED;
-            s->msg->next = todo->done;
-            todo->done = s->msg;
-        }
-        s->msg = NULL;
-    }
-    p->snd_una = p->snd_nxt;
+    /* The queue first: its head may also have fragments in the window,
+     * and `next` links the queue until the message moves to the list. */
     for (tw_rel_smsg_t *m = p->q_head, *next; m != NULL; m = next) {
         next = m->next;
         if (!m->failing) {
@@ -725,6 +716,17 @@ static void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const ch
     }
     p->q_head = p->q_tail = NULL;
     p->nmsgs = 0;
+    for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
+        tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
+        if (s->msg != NULL && !s->acked && !s->msg->failing) {
+            s->msg->failing = true;
+            s->msg->status = TW_ERR_PEER_FAILED;
+            s->msg->next = todo->done;
+            todo->done = s->msg;
+        }
+        s->msg = NULL;
+    }
+    p->snd_una = p->snd_nxt;
     for (unsigned i = 0; i < TW_REL_WIN; i++) {
         if (p->ooo[i] != NULL) {
             tw_rel_held_free(p->ooo[i]);
