@@ -308,6 +308,91 @@ TW_API tw_status_t tw_am_send(tw_context_t *ctx, int dst, uint8_t id, const void
 /** Largest active-message header, in bytes. */
 #define TW_AM_HDR_MAX 1024
 
+/* ---- one-sided (RMA) ------------------------------------------------- */
+
+/** A registered memory region. Opaque. */
+typedef struct tw_mr tw_mr_t;
+
+/** Largest packed remote key (tw_mr_pack), in bytes. */
+#define TW_RKEY_MAX 256
+/** Largest single tw_put / tw_get, in bytes (1 GiB). */
+#define TW_RMA_MAX_LEN (1ull << 30)
+
+/**
+ * Register [@p addr, @p addr + @p len) for one-sided access by peers: puts
+ * into it and gets from it, by anyone holding its packed key. Where the
+ * route to a peer does RDMA (verbs, with reliability off) the region is
+ * registered with the device too. Deregister every region before
+ * tw_finalize; one still registered then is released by it, and only
+ * tw_mem_deregister (which then just frees the handle) may use it.
+ * @return TW_OK; TW_ERR_INVALID (bad ctx, NULL mr, NULL addr, len 0 or a
+ *   range that cannot exist); TW_ERR_NOMEM; TW_ERR_TRANSPORT (a device
+ *   refused the registration: logged).
+ * Thread: any.
+ */
+TW_API tw_status_t tw_mem_register(tw_context_t *ctx, void *addr, size_t len, tw_mr_t **mr);
+
+/**
+ * Deregister a region: requests that arrive from now on are refused
+ * (their operations complete TW_ERR_INVALID at the origin), transfers
+ * already writing into or reading from it are waited for. The memory
+ * may be freed once this returns. Not from an active-message handler.
+ * @return TW_OK; TW_ERR_INVALID (NULL, or not a region).
+ * Thread: any, but no other call may use @p mr during it or after.
+ */
+TW_API tw_status_t tw_mem_deregister(tw_mr_t *mr);
+
+/**
+ * Write the region's remote key -- an opaque blob of at most TW_RKEY_MAX
+ * bytes -- to @p rkey, for peers to pass to tw_put / tw_get (send it with
+ * tw_send, for example). *@p rkey_len is the room at @p rkey on entry and
+ * the key's length on return. With @p rkey NULL, only the length is
+ * returned.
+ * @return TW_OK; TW_ERR_TRUNCATED (too little room: *@p rkey_len says how
+ *   much is needed); TW_ERR_INVALID (NULL rkey_len, not a region, or one
+ *   released by tw_finalize).
+ * Thread: any.
+ */
+TW_API tw_status_t tw_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len);
+
+/**
+ * Write @p len bytes from @p src into rank @p dst's memory at
+ * @p remote_addr (an address in @p dst's address space inside the region
+ * of @p rkey). Completes (TW_OP_PUT, length = len) when the bytes are in
+ * place at @p dst: @p src may be reused then. A put names no tag and
+ * wakes nobody at the target; tell it with a message afterwards. The
+ * target's progress engine serves puts on routes without RDMA: in manual
+ * mode it must drive progress.
+ * @return as tw_send, and TW_ERR_INVALID also for a NULL or damaged
+ *   @p rkey, a key of another rank's memory, a range outside its region,
+ *   or len > TW_RMA_MAX_LEN. A target that refuses the access (region
+ *   deregistered) completes the put with TW_ERR_INVALID.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_put(tw_context_t *ctx, int dst, const void *src, size_t len,
+                          uint64_t remote_addr, const void *rkey, tw_cq_t *cq, void *user);
+
+/**
+ * Read @p len bytes of rank @p src's memory at @p remote_addr (inside the
+ * region of @p rkey) into @p dst. Completes (TW_OP_GET) when they are in
+ * @p dst.
+ * @return as tw_put.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_get(tw_context_t *ctx, int src, void *dst, size_t len, uint64_t remote_addr,
+                          const void *rkey, tw_cq_t *cq, void *user);
+
+/**
+ * Complete (TW_OP_FLUSH) when every put to @p peer posted before this call
+ * -- by any thread -- is visible at @p peer: at once if none is left. A
+ * flush whose puts failed because @p peer failed completes
+ * TW_ERR_PEER_FAILED.
+ * @return TW_OK; TW_ERR_AGAIN (cq full); TW_ERR_INVALID (bad ctx, peer out
+ *   of range, cq); TW_ERR_UNREACHABLE; TW_ERR_PEER_FAILED; TW_ERR_NOMEM.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_flush(tw_context_t *ctx, int peer, tw_cq_t *cq, void *user);
+
 /* ---- errors ---------------------------------------------------------- */
 
 /**

@@ -24,6 +24,7 @@
 #include "core/tw_mem.h"
 #include "msg/tw_match.h"
 #include "msg/tw_msg_proto.h"
+#include "msg/tw_rma.h"
 #include "progress/tw_cq.h"
 #include "progress/tw_pe.h"
 
@@ -43,6 +44,7 @@ struct tw_msg {
     _Atomic(tw_msg_am_entry_t *) am[256];
     atomic_uint_fast64_t drop_logged;
     atomic_uchar *down; /* [size]: 1 once the peer is gone */
+    tw_rma_t *rma;      /* one-sided operations (tw_rma.c) */
 };
 
 /* A receive filled by a rendezvous pull: a matched tagged receive (r), or
@@ -126,9 +128,20 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
     if (st != TW_OK) {
         goto err_stats;
     }
+    tw_rma_params_t rp = {.rank = params->rank,
+                          .size = params->size,
+                          .route = msg->route,
+                          .down = msg->down,
+                          .eager_limit = params->eager_limit};
+    st = tw_rma_create(&rp, &msg->rma);
+    if (st != TW_OK) {
+        goto err_match;
+    }
     *msg_p = msg;
     return TW_OK;
 
+err_match:
+    tw_match_cleanup(&msg->match, NULL, NULL);
 err_stats:
     tw_stats_destroy(msg->stats);
 err_down:
@@ -161,6 +174,7 @@ static void tw_msg_cancel_recv(tw_match_recv_t *r, void *arg)
 
 void tw_msg_destroy(tw_msg_t *msg)
 {
+    tw_rma_destroy(msg->rma);
     tw_match_cleanup(&msg->match, tw_msg_cancel_recv, msg);
     for (size_t i = 0; i < TW_ARRAY_SIZE(msg->am); i++) {
         tw_msg_am_entry_t *e = atomic_load_explicit(&msg->am[i], memory_order_acquire);
@@ -194,6 +208,12 @@ void tw_msg_peer_down(tw_msg_t *msg, int peer)
      * flag (tw_msg_recv looks again after posting). */
     atomic_store_explicit(&msg->down[peer], 1, memory_order_seq_cst);
     tw_match_fail_src(&msg->match, peer, tw_msg_fail_recv, msg);
+    tw_rma_peer_down(msg->rma, peer);
+}
+
+tw_rma_t *tw_msg_rma(tw_msg_t *msg)
+{
+    return msg->rma;
 }
 
 void tw_msg_set_route(tw_msg_t *msg, int peer, tw_tl_iface_t *iface)
@@ -538,6 +558,10 @@ void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     tw_msg_t *msg = arg;
     tw_msg_hdr_t h;
 
+    if (am_id == TW_MSG_AM_RMA) {
+        tw_rma_recv(msg->rma, src, hdr, hdr_len, data, len);
+        return;
+    }
     if ((am_id != TW_MSG_AM_TAG && am_id != TW_MSG_AM_USER) || hdr_len < sizeof(h)) {
         tw_msg_drop(msg, src, "unknown transport am id or short header");
         return;
@@ -585,6 +609,10 @@ void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     tw_tl_iface_t *iface = msg->route[src];
     tw_msg_hdr_t h;
 
+    if (am_id == TW_MSG_AM_RMA) {
+        tw_rma_rndv(msg->rma, src, hdr, hdr_len, len, rndv);
+        return;
+    }
     if ((am_id != TW_MSG_AM_TAG && am_id != TW_MSG_AM_USER) || hdr_len < sizeof(h)) {
         tw_msg_drop(msg, src, "unknown transport am id or short header (rendezvous)");
         goto release;

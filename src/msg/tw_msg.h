@@ -60,5 +60,7 @@ tw_status_t tw_msg_am_register(tw_msg_t *msg, uint8_t id, tw_am_handler_t fn, vo
 tw_status_t tw_msg_am_send(tw_msg_t *msg, int dst, uint8_t id, const void *hdr, size_t hdr_len,
                            const void *data, size_t len, tw_cq_t *cq, void *user);
 tw_stats_t *tw_msg_stats(tw_msg_t *msg);
+/** The one-sided operations (tw_rma.h) that share its routes. */
+struct tw_rma *tw_msg_rma(tw_msg_t *msg);
 
 #endif /* TW_MSG_H */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/tw_log.h"
+#include "msg/tw_rma.h"
 #include "progress/tw_cq.h"
 #include "reliability/tw_rel.h"
 #include "runtime/tw_context_int.h"
@@ -180,6 +181,78 @@ tw_status_t tw_am_send(tw_context_t *ctx, int dst, uint8_t id, const void *hdr, 
     return tw_msg_am_send(impl->msg, dst, id, hdr, hdr_len, data, len, cq, user);
 }
 
+/* ---- one-sided ---------------------------------------------------------- */
+
+tw_status_t tw_mem_register(tw_context_t *ctx, void *addr, size_t len, tw_mr_t **mr)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_mem_register");
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    if (mr == NULL || len == 0 || !tw_api_buf_ok(addr, len)) {
+        tw_error("api", "tw_mem_register: %s (%p, %zu bytes)",
+                 mr == NULL ? "NULL mr" : "not a valid buffer", addr, len);
+        return TW_ERR_INVALID;
+    }
+    return tw_rma_mem_register(tw_msg_rma(impl->msg), addr, len, mr);
+}
+
+tw_status_t tw_mem_deregister(tw_mr_t *mr)
+{
+    return tw_rma_mem_deregister(mr);
+}
+
+tw_status_t tw_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
+{
+    return tw_rma_mr_pack(mr, rkey, rkey_len);
+}
+
+/* Checks of tw_put / tw_get beyond tw_api_post_check's. */
+static tw_ctx_impl_t *tw_api_rma_check(tw_context_t *ctx, const char *fn, int peer, const void *buf,
+                                       size_t len, tw_cq_t *cq)
+{
+    tw_ctx_impl_t *impl = tw_api_post_check(ctx, fn, peer, false, buf, len, cq);
+
+    if (impl != NULL && len > TW_RMA_MAX_LEN) {
+        tw_error("api", "%s: %zu bytes, more than TW_RMA_MAX_LEN", fn, len);
+        return NULL;
+    }
+    return impl;
+}
+
+tw_status_t tw_put(tw_context_t *ctx, int dst, const void *src, size_t len, uint64_t remote_addr,
+                   const void *rkey, tw_cq_t *cq, void *user)
+{
+    tw_ctx_impl_t *impl = tw_api_rma_check(ctx, "tw_put", dst, src, len, cq);
+
+    if (TW_UNLIKELY(impl == NULL)) {
+        return TW_ERR_INVALID;
+    }
+    return tw_rma_put(tw_msg_rma(impl->msg), dst, src, len, remote_addr, rkey, cq, user);
+}
+
+tw_status_t tw_get(tw_context_t *ctx, int src, void *dst, size_t len, uint64_t remote_addr,
+                   const void *rkey, tw_cq_t *cq, void *user)
+{
+    tw_ctx_impl_t *impl = tw_api_rma_check(ctx, "tw_get", src, dst, len, cq);
+
+    if (TW_UNLIKELY(impl == NULL)) {
+        return TW_ERR_INVALID;
+    }
+    return tw_rma_get(tw_msg_rma(impl->msg), src, dst, len, remote_addr, rkey, cq, user);
+}
+
+tw_status_t tw_flush(tw_context_t *ctx, int peer, tw_cq_t *cq, void *user)
+{
+    tw_ctx_impl_t *impl = tw_api_post_check(ctx, "tw_flush", peer, false, NULL, 0, cq);
+
+    if (TW_UNLIKELY(impl == NULL)) {
+        return TW_ERR_INVALID;
+    }
+    return tw_rma_flush(tw_msg_rma(impl->msg), peer, cq, user);
+}
+
 tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn, void *arg)
 {
     tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_set_error_handler");
@@ -227,6 +300,8 @@ tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
     }
     fputs("  ", out);
     tw_stats_print_group(tw_msg_stats(impl->msg), out);
+    fputs("  ", out);
+    tw_stats_print_group(tw_rma_stats(tw_msg_rma(impl->msg)), out);
     fputs("  ", out);
     tw_stats_print_group(impl->cq_stats, out);
     return TW_OK;

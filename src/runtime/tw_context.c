@@ -15,6 +15,7 @@
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
 #include "msg/tw_msg_proto.h"
+#include "msg/tw_rma.h"
 #include "progress/tw_cq.h"
 #include "reliability/tw_rel.h"
 #include "reliability/tw_rel_proto.h"
@@ -25,6 +26,7 @@
 #include "transports/shm/tw_shm.h"
 #include "transports/tcp/tw_tcp.h"
 #include "transports/verbs/tw_verbs.h"
+#include "transports/verbs/tw_verbs_proto.h"
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
 
@@ -749,6 +751,52 @@ static tw_status_t tw_ctx_route(tw_ctx_impl_t *impl)
     return TW_OK;
 }
 
+/* Memory registration of a transport that does RDMA itself. */
+static tw_status_t tw_ctx_verbs_reg(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
+                                    size_t *key_len, void **handle)
+{
+    tw_verbs_mem_t *mem = NULL;
+    tw_status_t st;
+
+    _Static_assert(TW_VERBS_RKEY_MAX <= TW_RMA_TLKEY_MAX, "a verbs key fits a region's key");
+    if (*key_len < TW_VERBS_RKEY_MAX) {
+        return TW_ERR_INVALID;
+    }
+    st = tw_verbs_mem_reg(iface, addr, len, key, key_len, &mem);
+    *handle = mem;
+    return st;
+}
+
+static tw_status_t tw_ctx_verbs_dereg(tw_tl_iface_t *iface, void *handle)
+{
+    return tw_verbs_mem_dereg(iface, handle);
+}
+
+static int tw_ctx_rma_progress(void *arg)
+{
+    return tw_progress(arg);
+}
+
+/* One-sided operations: replies retried on engine 0, manual progress
+ * while a region drains, and RDMA registration where routes are direct
+ * (with reliability on, every route is rel's, which emulates). */
+static tw_status_t tw_ctx_rma_setup(tw_ctx_impl_t *impl)
+{
+    tw_rma_t *rma = tw_msg_rma(impl->msg);
+    tw_status_t st = tw_pe_add(impl->pes[0], tw_rma_progress, rma, -1);
+
+    if (impl->manual) {
+        tw_rma_set_progress(rma, tw_ctx_rma_progress, impl->ctx);
+    }
+    for (unsigned i = 0; st == TW_OK && impl->rel == NULL && i < impl->ntl; i++) {
+        tw_tl_iface_t *iface = impl->ifaces[i];
+        if (strcmp(iface->ops->name, "verbs") == 0 && (iface->ops->caps & TW_TL_CAP_PUT) != 0) {
+            st = tw_rma_add_registrar(rma, iface, tw_ctx_verbs_reg, tw_ctx_verbs_dereg);
+        }
+    }
+    return st;
+}
+
 /*
  * The launcher is our lifeline: when its socket reports EOF it is gone,
  * and so is the job. Its death also kills us (PR_SET_PDEATHSIG); this is
@@ -795,6 +843,10 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
     }
     if (impl->npe > 0) {
         tw_ctx_drain(impl);
+    }
+    if (impl->msg != NULL) {
+        /* Regions left registered go while their transports are open. */
+        tw_rma_release_regions(tw_msg_rma(impl->msg));
     }
     /* Transports first: what they cancel completes through msg. */
     for (unsigned i = 0; i < impl->ntl; i++) {
@@ -901,6 +953,9 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
      * only connecting needed, and start threads of their own. */
     for (unsigned i = 0; st == TW_OK && i < impl->ntl; i++) {
         impl->ifaces[i]->ops->ready(impl->ifaces[i]);
+    }
+    if (st == TW_OK) {
+        st = tw_ctx_rma_setup(impl);
     }
     if (st == TW_OK && impl->boot != NULL) {
         st = tw_pe_add(impl->pes[0], tw_ctx_lifeline, impl, -1);
