@@ -1,0 +1,407 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * The one-sided protocol (src/msg/tw_rma.c) between two instances joined
+ * by an in-memory transport whose frames the test delivers by hand: so it
+ * can hold, duplicate, forge and reorder them, refuse sends (TW_ERR_AGAIN)
+ * and fail the peer between any two steps.
+ *
+ * Cases: put and get, short (copied) and long (zero-copy); a flush held
+ * back by an unacknowledged put; forged, stale and duplicated replies;
+ * malformed headers; requests with a wrong key, out of bounds, or for a
+ * region deregistered; replies the transport refused, sent again by the
+ * progress function; a peer failing with operations waiting; regions
+ * released at finalize. Each checks the completions and the counters.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tw_mem.h"
+#include "msg/tw_msg_proto.h"
+#include "msg/tw_rma.h"
+#include "progress/tw_cq.h"
+#include "tw_test.h"
+
+#define EAGER 256
+
+typedef struct frame frame_t;
+struct frame {
+    frame_t *next;
+    int src, dst;
+    size_t hdr_len, len;
+    tw_tl_comp_t *comp; /* zero-copy: completed when delivered */
+    unsigned char bytes[];
+};
+
+typedef struct fake {
+    tw_tl_iface_t super;
+    int rank;
+    int again; /* refuse this many sends with TW_ERR_AGAIN */
+} fake_t;
+
+static frame_t *q_head, *q_tail;
+static fake_t fakes[2];
+static tw_tl_iface_t *routes[2][2];
+static atomic_uchar down[2][2];
+static tw_rma_t *rma[2];
+
+static tw_status_t enqueue(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                           size_t hdr_len, const void *data, size_t len, tw_tl_comp_t *comp)
+{
+    fake_t *f = (fake_t *)iface;
+    frame_t *fr;
+
+    TWT_CHECK(am_id == TW_MSG_AM_RMA);
+    if (f->again > 0) {
+        f->again--;
+        return TW_ERR_AGAIN;
+    }
+    fr = malloc(sizeof(*fr) + hdr_len + len);
+    TWT_CHECK(fr != NULL);
+    *fr = (frame_t){.src = f->rank, .dst = peer, .hdr_len = hdr_len, .len = len, .comp = comp};
+    memcpy(fr->bytes, hdr, hdr_len);
+    if (len > 0) {
+        memcpy(fr->bytes + hdr_len, data, len);
+    }
+    if (q_tail != NULL) {
+        q_tail->next = fr;
+    } else {
+        q_head = fr;
+    }
+    q_tail = fr;
+    return TW_OK;
+}
+
+static tw_status_t fake_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                              size_t hdr_len, const void *data, size_t len)
+{
+    return enqueue(iface, peer, am_id, hdr, hdr_len, data, len, NULL);
+}
+
+static tw_status_t fake_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                              size_t hdr_len, const void *data, size_t len, tw_tl_comp_t *comp)
+{
+    return enqueue(iface, peer, am_id, hdr, hdr_len, data, len, comp);
+}
+
+static const tw_tl_ops_t fake_ops = {
+    .name = "fake",
+    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY,
+    .am_short = fake_short,
+    .am_zcopy = fake_zcopy,
+    .put_zcopy = tw_tl_stub_put_zcopy,
+    .get_zcopy = tw_tl_stub_get_zcopy,
+    .flush = tw_tl_stub_flush,
+    .rndv_get = tw_tl_stub_rndv_get,
+};
+
+static frame_t *pop(void)
+{
+    frame_t *fr = q_head;
+
+    if (fr != NULL) {
+        q_head = fr->next;
+        if (q_head == NULL) {
+            q_tail = NULL;
+        }
+    }
+    return fr;
+}
+
+static void deliver(frame_t *fr)
+{
+    tw_rma_recv(rma[fr->dst], fr->src, fr->bytes, fr->hdr_len, fr->bytes + fr->hdr_len, fr->len);
+    if (fr->comp != NULL) {
+        fr->comp->cb(fr->comp, TW_OK);
+    }
+    free(fr);
+}
+
+/* Deliver every frame, those the deliveries send too; returns how many. */
+static int deliver_all(void)
+{
+    int n = 0;
+    frame_t *fr;
+
+    while ((fr = pop()) != NULL) {
+        deliver(fr);
+        n++;
+    }
+    return n;
+}
+
+static void drop_all(void)
+{
+    frame_t *fr;
+
+    while ((fr = pop()) != NULL) {
+        if (fr->comp != NULL) {
+            fr->comp->cb(fr->comp, TW_ERR_PEER_FAILED);
+        }
+        free(fr);
+    }
+}
+
+static int poll_one(tw_cq_t *cq, tw_completion_t *c)
+{
+    return tw_cq_poll(cq, c, 1);
+}
+
+static uint64_t stat(int r, unsigned id)
+{
+    return tw_stats_read(tw_rma_stats(rma[r]), id);
+}
+
+static void setup(void)
+{
+    for (int r = 0; r < 2; r++) {
+        fakes[r] =
+            (fake_t){.super = {.ops = &fake_ops,
+                               .attr = {.max_short = 1024, .max_hdr = 1024, .max_zcopy = 1u << 30}},
+                     .rank = r};
+        for (int p = 0; p < 2; p++) {
+            routes[r][p] = &fakes[r].super;
+            atomic_init(&down[r][p], 0);
+        }
+        tw_rma_params_t params = {
+            .rank = r, .size = 2, .route = routes[r], .down = down[r], .eager_limit = EAGER};
+        TWT_EQ(tw_rma_create(&params, &rma[r]), TW_OK);
+    }
+}
+
+static void teardown(void)
+{
+    drop_all();
+    for (int r = 0; r < 2; r++) {
+        tw_rma_release_regions(rma[r]);
+        tw_rma_destroy(rma[r]);
+    }
+}
+
+/* Craft a request or reply of rank @p src to rank @p dst. */
+static void inject(int src, int dst, const tw_rma_hdr_t *h, const void *data, size_t len)
+{
+    TWT_EQ(enqueue(&fakes[src].super, dst, TW_MSG_AM_RMA, h, sizeof(*h), data, len, NULL), TW_OK);
+}
+
+int main(void)
+{
+    static unsigned char win[8192], src[8192], dst[8192];
+    uint8_t key[TW_RKEY_MAX], key2[TW_RKEY_MAX];
+    size_t klen = sizeof(key), need;
+    uint64_t base = (uint64_t)(uintptr_t)win;
+    tw_completion_t c;
+    tw_cq_t *cq;
+    tw_mr_t *mr, *mr2;
+    frame_t *fr;
+
+    tw_cq_params_t cp = {.depth = 64};
+    TWT_EQ(tw_cq_open(&cp, &cq), TW_OK);
+    setup();
+    TWT_EQ(tw_rma_mem_register(rma[1], win, sizeof(win), &mr), TW_OK);
+    TWT_EQ(tw_rma_mr_pack(mr, NULL, &need), TW_OK);
+    klen = need - 1;
+    TWT_EQ(tw_rma_mr_pack(mr, key, &klen), TW_ERR_TRUNCATED);
+    TWT_EQ(klen, need);
+    klen = sizeof(key);
+    TWT_EQ(tw_rma_mr_pack(mr, key, &klen), TW_OK);
+    TWT_EQ(klen, need);
+    for (size_t i = 0; i < sizeof(src); i++) {
+        src[i] = (unsigned char)(i * 7 + 3);
+    }
+
+    /* Put, short and long: complete only when the ack came back. */
+    for (size_t len = 100; len <= 4000; len += 3900) {
+        memset(win, 0, sizeof(win));
+        TWT_EQ(tw_rma_put(rma[0], 1, src, len, base + 10, key, cq, src), TW_OK);
+        TWT_EQ(poll_one(cq, &c), 0);
+        fr = pop();
+        TWT_CHECK(fr != NULL && (len > EAGER) == (fr->comp != NULL));
+        deliver(fr); /* the request: the bytes land, the ack goes back */
+        TWT_CHECK(memcmp(win + 10, src, len) == 0);
+        TWT_EQ(poll_one(cq, &c), 0);
+        TWT_EQ(deliver_all(), 1);
+        TWT_EQ(poll_one(cq, &c), 1);
+        TWT_CHECK(c.op == TW_OP_PUT && c.status == TW_OK && c.length == len && c.user == src &&
+                  c.peer == 1);
+    }
+    /* Get, short and long. */
+    for (size_t len = 64; len <= 6400; len += 6336) {
+        memset(dst, 0, sizeof(dst));
+        TWT_EQ(tw_rma_get(rma[0], 1, dst, len, base + 10, key, cq, dst), TW_OK);
+        TWT_EQ(deliver_all(), 2);
+        TWT_EQ(poll_one(cq, &c), 1);
+        TWT_CHECK(c.op == TW_OP_GET && c.status == TW_OK && c.length == len);
+        TWT_CHECK(memcmp(dst, win + 10, len) == 0);
+    }
+
+    /* A flush waits for the put before it, and only for that one. */
+    TWT_EQ(tw_rma_flush(rma[0], 1, cq, NULL), TW_OK);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.op == TW_OP_FLUSH && c.status == TW_OK); /* nothing before it */
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 8, base, key, cq, (void *)1), TW_OK);
+    TWT_EQ(tw_rma_flush(rma[0], 1, cq, (void *)2), TW_OK);
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 8, base + 8, key, cq, (void *)3), TW_OK);
+    fr = pop(); /* the first put's request */
+    frame_t *later = pop();
+    TWT_EQ(poll_one(cq, &c), 0);
+    deliver(later); /* the second put first: its ack does not free the flush */
+    TWT_EQ(deliver_all(), 1);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.user == (void *)3 && c.status == TW_OK);
+    TWT_EQ(poll_one(cq, &c), 0);
+    deliver(fr);
+    TWT_EQ(deliver_all(), 1);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.user == (void *)1 && c.op == TW_OP_PUT);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.user == (void *)2 && c.op == TW_OP_FLUSH && c.status == TW_OK);
+
+    /* Forged, duplicated and malformed replies are dropped. */
+    uint64_t dropped = stat(0, TW_RMA_STAT_DROPPED);
+    tw_rma_hdr_t h = {.version = TW_MSG_PROTO_VERSION, .type = TW_RMA_PUT_ACK, .cookie = 12345};
+    inject(1, 0, &h, NULL, 0);
+    h.cookie = (uint64_t)1 << 32; /* slot 0, a generation it does not have */
+    inject(1, 0, &h, NULL, 0);
+    h.type = 9;
+    inject(1, 0, &h, NULL, 0);
+    h.type = TW_RMA_PUT_ACK;
+    h.status = 7; /* no such status */
+    inject(1, 0, &h, NULL, 0);
+    h.status = 0;
+    h.version = 99;
+    inject(1, 0, &h, NULL, 0);
+    TWT_EQ(enqueue(&fakes[1].super, 0, TW_MSG_AM_RMA, &h, sizeof(h) - 1, NULL, 0, NULL), TW_OK);
+    TWT_EQ(deliver_all(), 6);
+    TWT_EQ(stat(0, TW_RMA_STAT_DROPPED), dropped + 6);
+    TWT_EQ(poll_one(cq, &c), 0);
+    /* A duplicated ack: the first completes, the copy finds nothing. */
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 8, base, key, cq, NULL), TW_OK);
+    deliver(pop()); /* the request */
+    fr = pop();
+    TWT_CHECK(fr != NULL);
+    inject(1, 0, (const tw_rma_hdr_t *)fr->bytes, NULL, 0);
+    deliver(fr);
+    TWT_EQ(deliver_all(), 1);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_EQ(poll_one(cq, &c), 0);
+    TWT_EQ(stat(0, TW_RMA_STAT_DROPPED), dropped + 7);
+    /* A get's reply of the wrong length fails the get (TW_ERR_PROTOCOL). */
+    TWT_EQ(tw_rma_get(rma[0], 1, dst, 16, base, key, cq, NULL), TW_OK);
+    fr = pop();
+    tw_rma_hdr_t rep = {.version = TW_MSG_PROTO_VERSION,
+                        .type = TW_RMA_GET_REP,
+                        .cookie = ((const tw_rma_hdr_t *)fr->bytes)->cookie,
+                        .len = 15};
+    free(fr);
+    inject(1, 0, &rep, src, 15);
+    TWT_EQ(deliver_all(), 1);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.op == TW_OP_GET && c.status == TW_ERR_PROTOCOL);
+
+    /* Requests the target refuses: wrong key, out of bounds, no region,
+     * length not matching the payload. The window is not touched. */
+    memset(win, 0x5a, sizeof(win));
+    uint64_t refused = stat(1, TW_RMA_STAT_REFUSED);
+    tw_rma_hdr_t rq = {.version = TW_MSG_PROTO_VERSION,
+                       .type = TW_RMA_PUT_REQ,
+                       .cookie = 1,
+                       .region = 1,
+                       .addr = base,
+                       .len = 8};
+    memcpy(&rq.key, key + 24, 8); /* the real key (packed after magic .. id) ... */
+    rq.key ^= 1;                  /* ... but one bit off */
+    inject(0, 1, &rq, src, 8);
+    rq.key ^= 1;
+    rq.addr = base + sizeof(win) - 4;
+    inject(0, 1, &rq, src, 8);
+    rq.addr = base - 8;
+    inject(0, 1, &rq, src, 8);
+    rq.addr = base;
+    rq.region = 77;
+    inject(0, 1, &rq, src, 8);
+    rq.region = 1;
+    rq.type = TW_RMA_GET_REQ;
+    rq.addr = base + sizeof(win);
+    rq.len = 1;
+    inject(0, 1, &rq, NULL, 0);
+    TWT_EQ(deliver_all(), 10); /* 5 requests, 5 refusals (dropped at 0: no cookie) */
+    TWT_EQ(stat(1, TW_RMA_STAT_REFUSED), refused + 5);
+    rq.type = TW_RMA_PUT_REQ;
+    rq.addr = base;
+    rq.len = 8;
+    inject(0, 1, &rq, src, 4); /* claims 8, carries 4 */
+    TWT_EQ(deliver_all(), 2);
+    for (size_t i = 0; i < sizeof(win); i++) {
+        TWT_CHECK(win[i] == 0x5a);
+    }
+    TWT_EQ(poll_one(cq, &c), 0);
+
+    /* Replies the transport refuses go out later, from the progress
+     * function; a get is served again then. */
+    fakes[1].again = 2;
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 8, base, key, cq, NULL), TW_OK);
+    TWT_EQ(tw_rma_get(rma[0], 1, dst, 600, base, key, cq, NULL), TW_OK);
+    TWT_EQ(deliver_all(), 2); /* both requests; both replies refused */
+    TWT_EQ(stat(1, TW_RMA_STAT_DEFERRED), 2);
+    TWT_EQ(poll_one(cq, &c), 0);
+    TWT_EQ(tw_rma_progress(rma[1]), 2);
+    TWT_EQ(tw_rma_progress(rma[1]), 0);
+    TWT_EQ(deliver_all(), 2);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.status == TW_OK);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.status == TW_OK && c.op == TW_OP_GET && memcmp(dst, win, 600) == 0);
+
+    /* A region deregistered: its key is refused at the target. */
+    TWT_EQ(tw_rma_mem_register(rma[1], src, sizeof(src), &mr2), TW_OK);
+    klen = sizeof(key2);
+    TWT_EQ(tw_rma_mr_pack(mr2, key2, &klen), TW_OK);
+    TWT_EQ(tw_rma_mem_deregister(mr2), TW_OK);
+    TWT_EQ(tw_rma_put(rma[0], 1, dst, 8, (uint64_t)(uintptr_t)src, key2, cq, NULL), TW_OK);
+    TWT_EQ(tw_rma_get(rma[0], 1, dst, 8, (uint64_t)(uintptr_t)src, key2, cq, NULL), TW_OK);
+    TWT_EQ(deliver_all(), 4);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.status == TW_ERR_INVALID);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.status == TW_ERR_INVALID);
+    /* Checks at the origin: bounds, owner, a damaged key. */
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 9, base + sizeof(win) - 8, key, cq, NULL), TW_ERR_INVALID);
+    TWT_EQ(tw_rma_put(rma[0], 0, src, 8, base, key, cq, NULL), TW_ERR_INVALID);
+    key2[0] ^= 1;
+    TWT_EQ(tw_rma_get(rma[0], 1, dst, 8, base, key2, cq, NULL), TW_ERR_INVALID);
+    TWT_EQ(poll_one(cq, &c), 0);
+
+    /* The peer fails with a put (zero-copy), a get and a flush waiting;
+     * its late replies are stale. */
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 2000, base, key, cq, NULL), TW_OK);
+    TWT_EQ(tw_rma_get(rma[0], 1, dst, 8, base, key, cq, NULL), TW_OK);
+    TWT_EQ(tw_rma_flush(rma[0], 1, cq, NULL), TW_OK);
+    deliver(pop()); /* the put's request: its send completes, the bytes land */
+    deliver(pop()); /* the get's */
+    atomic_store(&down[0][1], 1);
+    tw_rma_peer_down(rma[0], 1);
+    int failed = 0;
+    while (poll_one(cq, &c) == 1) {
+        TWT_CHECK(c.status == TW_ERR_PEER_FAILED);
+        failed++;
+    }
+    TWT_EQ(failed, 3);
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 8, base, key, cq, NULL), TW_ERR_PEER_FAILED);
+    TWT_EQ(tw_rma_flush(rma[0], 1, cq, NULL), TW_ERR_PEER_FAILED);
+    dropped = stat(0, TW_RMA_STAT_DROPPED);
+    TWT_EQ(deliver_all(), 2); /* the replies, now stale */
+    TWT_EQ(stat(0, TW_RMA_STAT_DROPPED), dropped + 2);
+    TWT_EQ(poll_one(cq, &c), 0);
+
+    /* Finalize with the region still registered: released, then its
+     * handle is only freed. */
+    tw_rma_release_regions(rma[1]);
+    klen = sizeof(key);
+    TWT_EQ(tw_rma_mr_pack(mr, key, &klen), TW_ERR_INVALID);
+    teardown();
+    TWT_EQ(tw_rma_mem_deregister(mr), TW_OK);
+    TWT_EQ(tw_cq_destroy(cq), TW_OK);
+    printf("rma protocol: every case behaved\n");
+    return 0;
+}
