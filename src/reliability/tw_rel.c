@@ -98,9 +98,16 @@
  * fails.
  *
  * ## Failover and fail-back
- * A path fails for a peer when its transport reports the peer down
- * (permanently: that connection is gone) or when its retries run out
- * (probed, may come back). Unacknowledged fragments then go again, at
+ * A path fails for a peer when its transport reports the peer down --
+ * for good (TW_ERR_PEER_FAILED, TW_OK: that connection is gone, the path
+ * is dead for that peer) or for now (TW_ERR_TRANSPORT: a port went down;
+ * probed, may come back) -- when its transport refuses a send (dead; for
+ * now if it says TW_ERR_TRANSPORT, which it does while the path is down,
+ * possibly before its peer_down ran), or when its retries run out
+ * (probed). A probe is a control frame on the failed path; a transport
+ * that refuses it (its path still down) just fails that probe, and the
+ * next goes TW_REL_PROBE later; the peer answers on the path the probe
+ * came in on. Unacknowledged fragments then go again, at
  * once, on the next healthy path: sequence numbers belong to the peer,
  * not the path, so the receiver's tracker drops whatever arrives twice.
  * When a probed path answers TW_REL_PROBES times it is healthy again and,
@@ -635,7 +642,9 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
         if (st == TW_OK || st == TW_ERR_AGAIN) {
             break;
         }
-        tw_rel_path_lost(rel, p, peer, g, true, tw_strerror(st), now, todo);
+        /* TW_ERR_TRANSPORT: down for now (its peer_down may not have run
+         * yet): probed, not dead. */
+        tw_rel_path_lost(rel, p, peer, g, st != TW_ERR_TRANSPORT, tw_strerror(st), now, todo);
     }
     if (st == TW_ERR_AGAIN) {
         s->due_ns = now; /* next pass */
@@ -1324,7 +1333,10 @@ static void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why)
                 todo.why = TW_OK;
             }
         }
-        tw_rel_path_lost(rel, p, peer, (int)path->index, true,
+        /* TW_ERR_TRANSPORT: the path is down for now (a port went down):
+         * fail over and probe it; the transport takes sends again once it
+         * is back, and the probes' answers bring the traffic back. */
+        tw_rel_path_lost(rel, p, peer, (int)path->index, why != TW_ERR_TRANSPORT,
                          why == TW_OK ? "it closed" : tw_strerror(why), rel->clock(), &todo);
     }
     pthread_mutex_unlock(&p->lock);

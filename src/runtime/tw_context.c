@@ -469,6 +469,11 @@ static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
     if (why == TW_OK) {
         return;
     }
+    /* Down for now (a port went down): without rel the peer has no other
+     * path, so it is a failure here, reported as one. */
+    if (why == TW_ERR_TRANSPORT) {
+        why = TW_ERR_PEER_FAILED;
+    }
     pthread_mutex_lock(&impl->err_lock);
     fn = impl->err_fn;
     fn_arg = impl->err_arg;

@@ -27,6 +27,13 @@
  *   failover     path 0 goes dark mid-stream: traffic moves to path 1
  *                within the path timeout, exactly once; path 0 heals:
  *                probes bring the traffic back (fail-back);
+ *   fornow       path 0's transport reports the peer down for now
+ *                (TW_ERR_TRANSPORT) and refuses sends: traffic moves to
+ *                path 1 at once; probes are refused, so no fail-back while
+ *                it is down; once it takes sends again, probes bring the
+ *                traffic back. Also with the refusal seen before the
+ *                report (the transport's peer_down not run yet), and, for
+ *                contrast, a report for good: never probed again;
  *   nopath       the only path goes dark: every pending send completes
  *                TW_ERR_PEER_FAILED, the peer is reported down once;
  *   keepalive    the peer stops answering anything: failed after
@@ -72,8 +79,12 @@ typedef struct endpoint {
 static frame_t *q_head, *q_tail;
 static endpoint_t eps[2][NPATHS];
 static bool dark[NPATHS]; /* the path drops everything */
-static bool mute[2];      /* this rank's frames vanish (a hung peer) */
-static uint64_t dropped;  /* by dark or mute */
+/* Not TW_OK: the path's am_short refuses with it (a transport whose path
+ * is down); carried: DATA frames each path took. */
+static tw_status_t refuse[NPATHS];
+static uint64_t carried[NPATHS];
+static bool mute[2];     /* this rank's frames vanish (a hung peer) */
+static uint64_t dropped; /* by dark or mute */
 /* Per-test fate of a frame about to be delivered: false drops it. */
 static bool (*filter)(frame_t *f);
 static uint64_t rng_state = 42;
@@ -130,6 +141,12 @@ static tw_status_t wire_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, 
     wire_iface_t *w = (wire_iface_t *)iface;
 
     TWT_CHECK(hdr_len + len <= iface->attr.max_short);
+    if (refuse[w->path] != TW_OK) {
+        return refuse[w->path];
+    }
+    if (am_id == TW_REL_AM_DATA) {
+        carried[w->path]++;
+    }
     if (dark[w->path] || mute[iface->rank]) {
         dropped++;
         return TW_OK;
@@ -293,6 +310,8 @@ static void sides_open(const tw_rel_cfg_t *cfg, int npaths)
         TWT_CHECK(tw_rel_ready(sides[r].rel) == TW_OK);
     }
     memset(dark, 0, sizeof(dark));
+    memset(refuse, 0, sizeof(refuse));
+    memset(carried, 0, sizeof(carried));
     memset(mute, 0, sizeof(mute));
     filter = NULL;
 }
@@ -822,6 +841,83 @@ static void test_failover(void)
     case_end();
 }
 
+/* Path 0's transport tells both ranks the peer is down through it (as
+ * tw_tl_peer_down_fn_t: @p why). */
+static void path0_down(tw_status_t why)
+{
+    for (int r = 0; r < 2; r++) {
+        eps[r][0].down(eps[r][0].down_arg, 1 - r, why);
+    }
+}
+
+/* @p n messages from rank 0, all delivered. */
+static void stream_small(int n)
+{
+    for (int i = 0; i < n; i++) {
+        TWT_CHECK(send_msg(0, 1000) == TW_OK);
+    }
+    want_delivered = next_out[0];
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_EQ(sides[1].bad, 0u);
+}
+
+/* A path down for now (TW_ERR_TRANSPORT, as verbs reports a port that went
+ * down): fail over at once, probe, fail back once the transport takes
+ * sends again. @p refused_first: its sends are refused before its
+ * peer_down runs (the transport's engine reports later). @p why: what the
+ * report says (TW_ERR_PEER_FAILED for contrast: dead, never probed). */
+static void fornow_case(const char *name, bool refused_first, tw_status_t why)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+    bool back = why == TW_ERR_TRANSPORT;
+
+    case_begin(name);
+    sides_open(&cfg, 2);
+    stream_small(20);
+    TWT_EQ(carried[1], 0u);
+    refuse[0] = TW_ERR_TRANSPORT;
+    if (refused_first) {
+        stream_small(20); /* the first DATA refused is the news */
+        path0_down(why);
+    } else {
+        path0_down(why);
+        stream_small(20);
+    }
+    TWT_EQ(stat(0, TW_REL_STAT_FAILOVERS), 1u);
+    TWT_CHECK(carried[1] >= 20);
+    /* Still down: probes (every 20 ms) are refused, nothing fails back,
+     * nobody fails. */
+    TWT_CHECK(pump(300, NULL));
+    TWT_EQ(stat(0, TW_REL_STAT_FAILBACKS), 0u);
+    TWT_EQ(stat(1, TW_REL_STAT_FAILBACKS), 0u);
+    /* Back: three answered probes later, path 0 carries the stream again
+     * (for good: never). */
+    refuse[0] = TW_OK;
+    TWT_CHECK(pump(300, NULL));
+    TWT_EQ(stat(0, TW_REL_STAT_FAILBACKS), (back ? 1u : 0u));
+    TWT_EQ(stat(1, TW_REL_STAT_FAILBACKS), (back ? 1u : 0u));
+    uint64_t c0 = carried[0], c1 = carried[1];
+    stream_small(20);
+    if (back) {
+        TWT_CHECK(carried[0] >= c0 + 20);
+        TWT_EQ(carried[1], c1);
+    } else {
+        TWT_EQ(carried[0], c0);
+        TWT_CHECK(carried[1] >= c1 + 20);
+    }
+    TWT_EQ(sides[1].delivered, next_out[0]);
+    TWT_EQ(sides[0].downs + sides[1].downs, 0);
+    TWT_EQ(stat(0, TW_REL_STAT_PEER_FAILURES) + stat(1, TW_REL_STAT_PEER_FAILURES), 0u);
+    case_end();
+}
+
+static void test_fornow(void)
+{
+    fornow_case("a path down for now fails over, then back", false, TW_ERR_TRANSPORT);
+    fornow_case("... refused before its report", true, TW_ERR_TRANSPORT);
+    fornow_case("a path down for good is not probed", false, TW_ERR_PEER_FAILED);
+}
+
 static bool peer_down_seen(void)
 {
     return sides[0].downs > 0;
@@ -912,6 +1008,7 @@ int main(int argc, char **argv)
     test_wrap();
     test_corrupt((int)twt_scaled(4000, 500), 12000);
     test_failover();
+    test_fornow();
     test_nopath();
     test_keepalive();
     printf("rel: all cases passed\n");

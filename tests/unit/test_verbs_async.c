@@ -202,6 +202,20 @@ static void test_classify(void)
     TWT_EQ(tw_va_classify(IBV_EVENT_COMM_EST), TW_VA_IGNORE);
     TWT_EQ(tw_va_classify(IBV_EVENT_LID_CHANGE), TW_VA_IGNORE);
     TWT_CHECK(strcmp(tw_va_action_name(TW_VA_PORT_DOWN), "port down") == 0);
+    TWT_CHECK(strcmp(tw_va_action_name(TW_VA_PORT_UP), "port up") == 0);
+    /* How the peers an action cuts off fail: a port down is for now (it
+     * may come back: PORT_ACTIVE fails nobody and restores the port),
+     * anything dead is for good, the rest fails nobody. */
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_PORT_ERR)), TW_ERR_TRANSPORT);
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_PORT_ACTIVE)), TW_OK);
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_DEVICE_FATAL)), TW_ERR_PEER_FAILED);
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_QP_FATAL)), TW_ERR_PEER_FAILED);
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_QP_ACCESS_ERR)), TW_ERR_PEER_FAILED);
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_SRQ_ERR)), TW_ERR_PEER_FAILED);
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_CQ_ERR)), TW_ERR_PEER_FAILED);
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_SRQ_LIMIT_REACHED)), TW_OK);
+    TWT_EQ(tw_va_peer_status(tw_va_classify(IBV_EVENT_LID_CHANGE)), TW_OK);
+    TWT_EQ(tw_va_peer_status((tw_va_action_t)99), TW_OK);
     TWT_CHECK(strcmp(tw_va_action_name((tw_va_action_t)99), "?") == 0);
 }
 

@@ -143,7 +143,9 @@ static void test_conn(void)
                          .src_dev = 1,
                          .dst_dev = 0,
                          .qpn = 0x123456,
-                         .psn = 0xabcdef},
+                         .psn = 0xabcdef,
+                         .gen = 0xfedcba98,
+                         .echo = 0x01020304},
                     d;
     uint8_t other[16];
     const char *why = NULL;
@@ -155,6 +157,8 @@ static void test_conn(void)
     TWT_EQ(d.src_dev, 1);
     TWT_EQ(d.qpn, 0x123456u);
     TWT_EQ(d.psn, 0xabcdefu);
+    TWT_EQ(d.gen, 0xfedcba98u);
+    TWT_EQ(d.echo, 0x01020304u);
     /* UD may hand over more bytes (padding): fine; fewer: not. */
     TWT_EQ(tw_verbs_conn_parse(buf, TW_VERBS_CONN_LEN + 8, key, 1, 4, &d, &why), TW_OK);
     TWT_EQ(tw_verbs_conn_parse(buf, TW_VERBS_CONN_LEN - 1, key, 1, 4, &d, &why), TW_ERR_PROTOCOL);
@@ -187,6 +191,122 @@ static void test_conn(void)
     tw_verbs_conn_pack(&c, key, buf);
     TWT_EQ(tw_verbs_conn_parse(buf, TW_VERBS_CONN_LEN, key, 1, 4, &d, &why), TW_ERR_PROTOCOL);
     TWT_CHECK(why != NULL);
+    /* The endpoint generations: every type carries both, the sender's
+     * 1 .. 2^32-1 (0 is refused: a version-1 sender wrote 0 there, and its
+     * version byte is refused first), the echo of the receiver's any value
+     * (0: none known). */
+    c.dst_dev = 0;
+    for (uint8_t t = TW_VERBS_C_REQ; t < TW_VERBS_C_TYPE_MAX; t++) {
+        static const uint32_t gens[] = {1, 2, 0x80000000u, UINT32_MAX};
+        for (size_t k = 0; k < sizeof(gens) / sizeof(gens[0]); k++) {
+            c.type = t;
+            c.gen = gens[k];
+            c.echo = k == 0 ? 0 : gens[k] - 1;
+            tw_verbs_conn_pack(&c, key, buf);
+            TWT_EQ(tw_verbs_conn_parse(buf, TW_VERBS_CONN_LEN, key, 1, 4, &d, &why), TW_OK);
+            TWT_EQ(d.type, t);
+            TWT_EQ(d.gen, gens[k]);
+            TWT_EQ(d.echo, c.echo);
+        }
+    }
+    c.type = TW_VERBS_C_RESET;
+    c.gen = 0;
+    tw_verbs_conn_pack(&c, key, buf);
+    why = NULL;
+    TWT_EQ(tw_verbs_conn_parse(buf, TW_VERBS_CONN_LEN, key, 1, 4, &d, &why), TW_ERR_PROTOCOL);
+    TWT_CHECK(why != NULL && strstr(why, "generation") != NULL);
+    c.gen = 7;
+    tw_verbs_conn_pack(&c, key, buf);
+    buf[4] = 1; /* version 1 (no generation) */
+    TWT_EQ(tw_verbs_conn_parse(buf, TW_VERBS_CONN_LEN, key, 1, 4, &d, &why), TW_ERR_PROTOCOL);
+    /* Both sit in the signed bytes: little-endian at offsets 32 and 36. */
+    c.echo = 9;
+    tw_verbs_conn_pack(&c, key, buf);
+    TWT_EQ(buf[32], 7);
+    TWT_EQ(buf[33] | buf[34] | buf[35], 0);
+    TWT_EQ(buf[36], 9);
+    TWT_EQ(buf[37] | buf[38] | buf[39], 0);
+}
+
+/* Generations (tw_verbs.c, "Fail-back"): which connection messages belong
+ * to a connection that is over. */
+static tw_verbs_conn_t msg(uint8_t type, uint32_t gen, uint32_t echo)
+{
+    return (tw_verbs_conn_t){.type = type, .gen = gen, .echo = echo};
+}
+
+static void test_conn_stale(void)
+{
+    tw_verbs_conn_t m;
+
+    /* First connection: we (generation 1) know nothing of the peer. Its
+     * REQ (echo 0) and its REP / RTU answering ours (echo 1) are current;
+     * a REP for another endpoint of ours is not. */
+    m = msg(TW_VERBS_C_REQ, 1, 0);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 1, false, 0, 0));
+    m = msg(TW_VERBS_C_REP, 1, 1);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 1, false, 0, 0));
+    m = msg(TW_VERBS_C_REP, 1, 0);
+    TWT_CHECK(tw_verbs_conn_stale(&m, 1, false, 0, 0));
+    m = msg(TW_VERBS_C_RTU, 1, 1);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 1, true, 1, 0));
+    /* Connected, generations 1 <-> 1: liveness both ways, a duplicate REQ,
+     * DOWN and RESET are current. */
+    for (uint8_t t = TW_VERBS_C_REQ; t < TW_VERBS_C_TYPE_MAX; t++) {
+        m = msg(t, 1, 1);
+        TWT_CHECK(!tw_verbs_conn_stale(&m, 1, true, 1, 0));
+    }
+    /* Our port flapped: we reset to generation 2 and listen to the peer's
+     * generations from 2 on (it had 1). Its REQ, REP, DOWN or RESET of
+     * generation 1 still on the way: stale, whatever they echo. */
+    for (uint8_t t = TW_VERBS_C_REQ; t < TW_VERBS_C_TYPE_MAX; t++) {
+        m = msg(t, 1, 1);
+        TWT_CHECK(tw_verbs_conn_stale(&m, 2, false, 0, 2));
+        m = msg(t, 1, 2);
+        TWT_CHECK(tw_verbs_conn_stale(&m, 2, false, 0, 2));
+    }
+    /* The peer reset too (generation 2): its REQ is heard, and its REP
+     * answering our new REQ; a REP of its generation 2 answering our old
+     * REQ (echo 1: it was sent before our reset) is not. */
+    m = msg(TW_VERBS_C_REQ, 2, 1);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 2, false, 0, 2));
+    m = msg(TW_VERBS_C_REP, 2, 2);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 2, false, 0, 2));
+    m = msg(TW_VERBS_C_REP, 2, 1);
+    TWT_CHECK(tw_verbs_conn_stale(&m, 2, false, 0, 2));
+    /* The peer did not reset (its port stayed up): connected to our old
+     * generation 1, it hears our REQ of generation 2 -- newer than the one
+     * it is connected to, so not stale (tw_verbs.c fails its connection
+     * for now and answers after its own reset). */
+    m = msg(TW_VERBS_C_REQ, 2, 1);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 1, true, 1, 0));
+    /* ... and its answer, from its generation 2, is current for us. */
+    m = msg(TW_VERBS_C_REP, 2, 2);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 2, false, 0, 2));
+    /* Connected to the peer's generation 3: generation 2's messages are
+     * old, PING / PONG / RTU for our older endpoint too. */
+    m = msg(TW_VERBS_C_PING, 2, 4);
+    TWT_CHECK(tw_verbs_conn_stale(&m, 4, true, 3, 3));
+    m = msg(TW_VERBS_C_PONG, 3, 3);
+    TWT_CHECK(tw_verbs_conn_stale(&m, 4, true, 3, 3));
+    m = msg(TW_VERBS_C_RTU, 3, 3);
+    TWT_CHECK(tw_verbs_conn_stale(&m, 4, true, 3, 3));
+    /* We never reset (generation 1, listening from 0) but the peer did
+     * twice: connected to its generation 3, its generation 2 is past. */
+    m = msg(TW_VERBS_C_PING, 2, 1);
+    TWT_CHECK(tw_verbs_conn_stale(&m, 1, true, 3, 0));
+    m = msg(TW_VERBS_C_PING, 3, 1);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 1, true, 3, 0));
+    /* A DOWN or RESET from a peer that never connected to us echoes 0:
+     * current; a PING or REP echoing 0 never is. */
+    m = msg(TW_VERBS_C_DOWN, 1, 0);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 1, false, 0, 0));
+    m = msg(TW_VERBS_C_RESET, 1, 0);
+    TWT_CHECK(!tw_verbs_conn_stale(&m, 1, false, 0, 0));
+    m = msg(TW_VERBS_C_DOWN, 1, 3);
+    TWT_CHECK(tw_verbs_conn_stale(&m, 4, false, 0, 0));
+    m = msg(TW_VERBS_C_PING, 1, 0);
+    TWT_CHECK(tw_verbs_conn_stale(&m, 1, true, 1, 0));
 }
 
 static void test_addr(void)
@@ -402,6 +522,7 @@ int main(void)
 {
     test_frames();
     test_conn();
+    test_conn_stale();
     test_addr();
     test_rkey_and_key();
     test_credits();

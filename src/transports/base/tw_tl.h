@@ -19,6 +19,9 @@
  *
  * Back-pressure is TW_ERR_AGAIN (no ring slot, no credit): the caller
  * retries after progress; nothing is queued behind its back.
+ * A send to a peer whose path is down for now (see tw_tl_peer_down_fn_t)
+ * fails at once with TW_ERR_TRANSPORT: that path is no use until it is
+ * back, but the peer is not gone.
  *
  * Threads: am_short / am_zcopy / put / get / flush -- any thread.
  * progress and every callback -- the iface's progress engine owner, except
@@ -64,9 +67,21 @@ typedef struct tw_tl_rndv tw_tl_rndv_t;
 typedef void (*tw_tl_rndv_fn_t)(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
                                 size_t len, tw_tl_rndv_t *rndv);
 
-/** A peer is gone: TW_ERR_PEER_FAILED (died, corrupt, unreachable), or
- * TW_OK when it closed cleanly. The transport has already completed its
- * own operations with that peer. Thread: progress engine owner. */
+/** A peer is unreachable through this transport. The transport has already
+ * completed its own operations with that peer (with errors). @p why:
+ *   TW_ERR_PEER_FAILED  gone for good (died, corrupt, unreachable);
+ *   TW_OK               it closed cleanly (for good too);
+ *   TW_ERR_TRANSPORT    down for now: the local path to it is down (a port
+ *                       went down) and may come back. Sends to it fail at
+ *                       once with TW_ERR_TRANSPORT while the path is down;
+ *                       once it is back they are accepted again and the
+ *                       transport reconnects lazily, on the first one. A
+ *                       layer with no other path treats this as a failure;
+ *                       rel probes the path and fails back.
+ * After TW_ERR_TRANSPORT peer_down may run again for the same peer: with
+ * TW_ERR_PEER_FAILED / TW_OK when the peer turns out to be gone, or with
+ * TW_ERR_TRANSPORT when the connection made again fails again. After the
+ * other two it does not. Thread: progress engine owner. */
 typedef void (*tw_tl_peer_down_fn_t)(void *arg, int peer, tw_status_t why);
 
 enum {

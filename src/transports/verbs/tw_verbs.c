@@ -66,7 +66,8 @@
  * REQ (or, having answered one, its REP) after 20 ms, doubling to 1 s;
  * duplicates are answered again, idempotently. A peer that does not answer
  * within TW_VERBS_TIMEOUT has failed. Operations for a peer that is not
- * connected yet wait in its queue.
+ * connected yet wait in its queue. Every message also carries the
+ * generation of the sender's endpoint for the receiver (see Fail-back).
  *
  * Wire (tw_verbs_proto.h): RC sends carry frames with a 16-byte header. AM is
  * an eager copy (header + payload <= 9 KiB - 16): inline when it fits the QP's
@@ -106,7 +107,16 @@
  * posted flushes), queued operations and rendezvous in either direction
  * complete TW_ERR_PEER_FAILED, peer_down runs, and the peer is told with a
  * DOWN message over UD (best effort) so it fails us too rather than wait for
- * its own retries. A bad frame, or a FIN for no rendezvous of ours, fails the
+ * its own retries. That is for good (peer_down TW_ERR_PEER_FAILED) for
+ * errors the peer answered with (remote access, invalid request, ...) or of
+ * our own memory, unless our port is down when the error is seen
+ * (ibv_query_port says so, or PORT_ERR came). Errors of the path -- retries
+ * exceeded (the peer's port may be down), a local QP operation error (what
+ * rxe reports when the route under its port went away, before the port
+ * shows down), a flush as the first sign -- are for now: the peer is down
+ * for now as under Fail-back, is told with RESET instead of DOWN, and the
+ * connection made again decides (a dead peer does not answer it, and fails
+ * for good then). A bad frame, or a FIN for no rendezvous of ours, fails the
  * peer the same way. A peer that dies with work requests of ours in flight is
  * noticed by the QP's retries (7 tries of 268 ms); one we only wait for (a
  * receive, a rendezvous it never pulled) by liveness: a connected peer silent
@@ -114,10 +124,59 @@
  * PONG; a peer that runs progress threads and stays silent for the whole
  * timeout has failed (a rank in manual mode is not judged by silence, as over
  * tcp). A clean close sends BYE: the peer reports peer_down(TW_OK).
- * tw_verbs_dev_fatal() / tw_verbs_qp_fatal() are where the async event thread
- * (port down, QP or device fatal; tw_verbs_async.c, not this file's job) fails
- * what depended on a device or a QP, handed over with tw_verbs_dev_report();
+ * tw_verbs_dev_fatal() / tw_verbs_port_down() / tw_verbs_port_up() /
+ * tw_verbs_qp_fatal() are where the async event thread (device fatal, port
+ * down and up, QP fatal; tw_verbs_async.c, not this file's job) fails or
+ * restores what depended on a device or a QP, handed over with
+ * tw_verbs_dev_report();
  * tw_verbs_force_qp_error() is the test hook that moves a QP to error.
+ *
+ * Fail-back. A port that goes down (IBV_EVENT_PORT_ERR, or a work request
+ * failing while ibv_query_port says it is down) takes its device's peers
+ * down for now, not for good, as a path error of one QP does its peer:
+ * their operations complete TW_ERR_PEER_FAILED as above, peer_down runs
+ * with TW_ERR_TRANSPORT (rel fails over and probes the path; without rel
+ * the runtime counts it a failure), nobody is told while the port is down,
+ * and sends to them fail at once with TW_ERR_TRANSPORT instead of queueing
+ * (am_short and friends read the port state and vb->down). Once the old QP
+ * flushed (sq.done == sq.posted) the endpoint is reset to "not connected":
+ * QP and address handle destroyed, the QP number forgotten, our generation
+ * for that peer + 1. IBV_EVENT_PORT_ACTIVE, handed to the device's engine
+ * like the other events, makes the port usable again once our GID is back
+ * (ibv_query_gid_ex; one that came back at another index is used there; an
+ * InfiniBand port that came back with another LID stays down: peers know
+ * the old one) and the UD QP is in RTS (rxe moves it to error when a
+ * datagram is posted while the netdev is down: it is brought back through
+ * RESET, and an epoch in the UD work request ids tells completions from
+ * before apart). The next send to a reset peer -- a rel probe -- connects
+ * again: REQ / REP / RTU as above.
+ *
+ * Generations tell the old connection's messages from the new one's. Each
+ * endpoint has one (gen, from 1, + 1 at each reset) and every connection
+ * message carries the sender's (gen) and the receiver's as the sender knows
+ * it (echo: our rgen, 0 if none). We remember the peer's generation of the
+ * connection we are in (rgen, set when our QP connects to its QPN) and,
+ * after a reset, hear only newer ones (rgen_min = rgen + 1): a REQ, REP,
+ * RESET or DOWN delayed from before the reset is stale and dropped. A REP,
+ * RTU, PING or PONG must echo our current generation, a DOWN or RESET ours
+ * or 0 (a peer that never connected): one meant for an endpoint of ours
+ * from before a reset (a REP answering an older REQ) is stale too. A peer
+ * that hears from a newer generation of ours while connected to an older
+ * one knows we lost the connection (our port went down, its did not): it
+ * fails us for now too, resets once flushed, and answers our REQ, which we
+ * repeat meanwhile, from a new endpoint of its own -- newer than the one
+ * we knew, as ours requires. RESET (sent when we fail a peer for now while
+ * our port is up) has it do so at once rather than when its own retries
+ * run out. A peer failed for good ignores all of it, as before (it learns
+ * by its own retries); so does one whose port is not up. A DOWN of the
+ * current generation turns "for now" into "for good": no reset, sends fail
+ * with TW_ERR_PEER_FAILED, peer_down does not run twice for one failure.
+ * Rendezvous handles remember their connection's generation: one announced
+ * before a reset is refused (TW_ERR_PEER_FAILED) and sends no FIN on the
+ * new connection. A connection made again that gets no answer within
+ * TW_VERBS_TIMEOUT fails for good. DEVICE_FATAL, SRQ_ERR and CQ_ERR still
+ * fail the device's peers for good (nothing comes back on a dead device),
+ * and so do QP fatal events while the port is up.
  *
  * Left out: a direct post from workers when the engine is idle (tcp's try-lock
  * path: every operation takes one hop through the submission ring), XRC/DC,
@@ -168,9 +227,13 @@
 #define TW_VERBS_CLOSE_NS    (2ull * 1000 * 1000 * 1000)
 #define TW_VERBS_GID_SCAN    16
 
-/* wr_id tags: send operations are op pointers (8-aligned, tag 0). */
+/* wr_id tags: send operations are op pointers (8-aligned, tag 0). UD
+ * work requests also carry the UD QP's epoch above their buffer index
+ * (8 bits), so completions from before a recovery of the UD QP are told
+ * apart (tw_verbs_ud_recover). */
 enum { TW_VERBS_WR_OP = 0, TW_VERBS_WR_RECV = 1, TW_VERBS_WR_UD_RECV = 2, TW_VERBS_WR_UD_SEND = 3 };
-#define TW_VERBS_WR(idx, tag) (((uint64_t)(idx) << 2) | (tag))
+#define TW_VERBS_WR(idx, tag)       (((uint64_t)(idx) << 2) | (tag))
+#define TW_VERBS_WR_UD(dev, idx, t) TW_VERBS_WR((uint64_t)(dev)->ud_epoch << 8 | (idx), t)
 
 enum {
     TW_VERBS_OP_AM,    /* eager frame (am_short, small am_zcopy) */
@@ -183,6 +246,17 @@ enum {
     TW_VERBS_OP_FLUSH, /* completes when what was posted before did */
     TW_VERBS_OP_QPERR  /* test hook: move the QP to error */
 };
+
+/* The device's port, as the engine knows it (workers read it to fail
+ * sends fast while it is down). */
+enum {
+    TW_VERBS_PORT_UP,   /* usable */
+    TW_VERBS_PORT_DOWN, /* PORT_ERR: peers down for now, nothing connects */
+    TW_VERBS_PORT_WAIT  /* PORT_ACTIVE, but our address is not back yet */
+};
+
+/* vb->down[peer] */
+enum { TW_VERBS_DOWN_NO, TW_VERBS_DOWN_GONE, TW_VERBS_DOWN_FOR_NOW };
 
 enum {
     TW_VERBS_EP_IDLE,      /* no QP */
@@ -244,6 +318,7 @@ struct tw_tl_rndv {
     tw_verbs_region_t *region;
     unsigned reads_left;
     tw_status_t st;
+    uint32_t gen; /* the connection it came on (ep->gen then) */
     /* rndv_get from another thread: its arguments */
     void *get_dst;
     size_t get_len;
@@ -254,9 +329,11 @@ typedef struct tw_verbs_ep {
     tw_verbs_dev_t *dev;
     int peer;
     int state;
-    bool ready;  /* we may send: the peer's QP is connected to ours */
-    bool failed; /* down (failed or left) */
-    bool left;   /* BYE received */
+    bool ready;     /* we may send: the peer's QP is connected to ours */
+    bool failed;    /* down (failed or left) */
+    bool transient; /* failed for now (TW_ERR_TRANSPORT): reset once flushed */
+    bool stuck;     /* ... and its QP did not flush in time (logged once) */
+    bool left;      /* BYE received */
     bool on_conn;
     bool judge;       /* it runs progress threads: silence means failure */
     uint64_t ping_ns; /* our last PING */
@@ -272,6 +349,11 @@ typedef struct tw_verbs_ep {
     tw_verbs_op_t *head, *tail; /* waiting to be posted */
     tw_verbs_op_t *flushes;     /* FLUSH ops waiting for sq.done >= target */
     uint64_t deadline_ns, next_tx_ns, rtx_ns;
+    uint64_t fail_ns; /* when it failed for now */
+    /* Generations (Fail-back, in the essay): ours for this peer (>= 1,
+     * +1 at each reset), the peer's of the connection we are in (0: none
+     * yet), and the oldest of the peer's we still listen to. */
+    uint32_t gen, rgen, rgen_min;
     struct tw_verbs_ep *next_conn;
 } tw_verbs_ep_t;
 
@@ -290,12 +372,18 @@ struct tw_verbs_dev {
     struct ibv_cq_ex *cqx; /* when made with ibv_create_cq_ex */
     struct ibv_srq *srq;
     struct ibv_qp *ud;
+    uint32_t ud_epoch; /* +1 at each recovery of the UD QP */
     bool armed;
     /* port */
+    _Atomic(uint8_t) port_state; /* TW_VERBS_PORT_*: the engine writes, workers read */
+    uint64_t port_check_ns;      /* TW_VERBS_PORT_WAIT: next look at the port */
+    unsigned nresets;            /* peers failed for now, not reset yet */
+    bool fatal;                  /* the device failed: nothing comes back */
     enum ibv_mtu mtu;
     uint16_t lid;
     uint8_t link;
     int gid_index;
+    int gid_type; /* enum ibv_gid_type of the GID chosen, or -1: unknown */
     union ibv_gid gid;
     uint32_t max_inline;
     uint32_t sq_depth;
@@ -355,6 +443,8 @@ struct tw_verbs_iface {
 };
 
 static void tw_verbs_fail_peer(tw_verbs_ep_t *ep, tw_status_t why, const char *what, bool tell);
+static void tw_verbs_ep_final(tw_verbs_ep_t *ep, const char *what);
+static tw_status_t tw_verbs_qp_err_why(tw_verbs_dev_t *dev);
 static void tw_verbs_ep_drain(tw_verbs_ep_t *ep);
 static void tw_verbs_conn_send(tw_verbs_ep_t *ep, uint8_t type);
 static void tw_verbs_read_done(tw_verbs_dev_t *dev, struct tw_tl_rndv *h, tw_status_t st);
@@ -365,6 +455,12 @@ static void tw_verbs_srq_arm(tw_verbs_dev_t *dev);
 static tw_verbs_dev_t *tw_verbs_dev_of(tw_verbs_iface_t *vb, int peer)
 {
     return vb->eps[peer].dev; /* set by addr_connect, before any traffic */
+}
+
+/* Thread: any (a hint for workers; the engine's own word). */
+static uint8_t tw_verbs_port_state(tw_verbs_dev_t *dev)
+{
+    return atomic_load_explicit(&dev->port_state, memory_order_acquire);
 }
 
 static const char *tw_verbs_wc_str(enum ibv_wc_status s)
@@ -406,6 +502,35 @@ static int tw_verbs_qpn_get(const tw_verbs_dev_t *dev, uint32_t qpn)
         }
     }
     return -1;
+}
+
+/* Forget @p qpn (its QP is destroyed). Linear probing: the entries after
+ * it in its cluster that may not stay behind the hole move into it. */
+static void tw_verbs_qpn_del(tw_verbs_dev_t *dev, uint32_t qpn)
+{
+    unsigned mask = dev->qpn_cap - 1, i = tw_verbs_qpn_slot(qpn, dev->qpn_cap), k;
+
+    for (k = 0; k < dev->qpn_cap; k++, i = (i + 1) & mask) {
+        if (dev->qpn_vals[i] < 0) {
+            return;
+        }
+        if (dev->qpn_keys[i] == qpn) {
+            break;
+        }
+    }
+    if (k == dev->qpn_cap) {
+        return;
+    }
+    unsigned hole = i;
+    for (unsigned j = (i + 1) & mask; j != i && dev->qpn_vals[j] >= 0; j = (j + 1) & mask) {
+        unsigned home = tw_verbs_qpn_slot(dev->qpn_keys[j], dev->qpn_cap);
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            dev->qpn_keys[hole] = dev->qpn_keys[j];
+            dev->qpn_vals[hole] = dev->qpn_vals[j];
+            hole = j;
+        }
+    }
+    dev->qpn_vals[hole] = -1;
 }
 
 /* ---- buffers ------------------------------------------------------------- */
@@ -451,7 +576,7 @@ static bool tw_verbs_ud_post_recv(tw_verbs_dev_t *dev, uint32_t idx)
     struct ibv_sge sge = {.addr = (uintptr_t)(dev->ud_pool + (size_t)idx * TW_VERBS_UD_BUF),
                           .length = TW_VERBS_UD_BUF,
                           .lkey = dev->pool_mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = TW_VERBS_WR(idx, TW_VERBS_WR_UD_RECV),
+    struct ibv_recv_wr wr = {.wr_id = TW_VERBS_WR_UD(dev, idx, TW_VERBS_WR_UD_RECV),
                              .sg_list = &sge,
                              .num_sge = 1},
                        *bad;
@@ -586,12 +711,14 @@ static bool tw_verbs_rsend_done(tw_verbs_dev_t *dev, uint64_t sid, int peer, tw_
 
 /* ---- connections ------------------------------------------------------------ */
 
-/* The device's timerfd: a fast tick while connections are being set up,
- * a slower one for liveness while peers are connected, else off. */
+/* The device's timerfd: a fast tick while connections are being set up
+ * or the port is waiting for our address to come back, a slower one for
+ * liveness while peers are connected, else off. */
 static void tw_verbs_timer_update(tw_verbs_dev_t *dev)
 {
     uint64_t t = dev->vb->cfg.conn_timeout_ns;
-    uint64_t want = dev->conns != NULL ? TW_VERBS_TICK_NS
+    bool fast = dev->conns != NULL || tw_verbs_port_state(dev) == TW_VERBS_PORT_WAIT;
+    uint64_t want = fast ? TW_VERBS_TICK_NS
                     : t > 0 && dev->nready > 0
                         ? TW_MIN(TW_MAX(t / 8, TW_VERBS_TICK_NS), 250ull * 1000 * 1000)
                         : 0;
@@ -697,8 +824,9 @@ static bool tw_verbs_qp_create(tw_verbs_ep_t *ep)
     return true;
 }
 
-/* INIT -> RTR -> RTS toward the peer's QP @p rqpn. */
-static bool tw_verbs_qp_connect(tw_verbs_ep_t *ep, uint32_t rqpn, uint32_t rpsn)
+/* INIT -> RTR -> RTS toward the peer's QP @p rqpn, of its endpoint
+ * generation @p rgen. */
+static bool tw_verbs_qp_connect(tw_verbs_ep_t *ep, uint32_t rqpn, uint32_t rpsn, uint32_t rgen)
 {
     tw_verbs_dev_t *dev = ep->dev;
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
@@ -734,9 +862,10 @@ static bool tw_verbs_qp_connect(tw_verbs_ep_t *ep, uint32_t rqpn, uint32_t rpsn)
     }
     ep->rqpn = rqpn;
     ep->rpsn = rpsn;
+    ep->rgen = rgen;
     ep->state = TW_VERBS_EP_CONNECTED;
-    tw_debug("verbs", "%s: rank %d connected (QP %u -> %u)", dev->name, ep->peer, ep->qp->qp_num,
-             rqpn);
+    tw_debug("verbs", "%s: rank %d connected (QP %u -> %u, generations %u -> %u)", dev->name,
+             ep->peer, ep->qp->qp_num, rqpn, ep->gen, rgen);
     return true;
 }
 
@@ -787,7 +916,9 @@ static void tw_verbs_conn_send(tw_verbs_ep_t *ep, uint8_t type)
                          .src_dev = (uint8_t)dev->index,
                          .dst_dev = ep->rdev,
                          .qpn = ep->qp != NULL ? ep->qp->qp_num : 0,
-                         .psn = ep->psn};
+                         .psn = ep->psn,
+                         .gen = ep->gen,
+                         .echo = ep->rgen};
     struct ibv_send_wr wr = {0}, *bad;
     struct ibv_sge sge;
     uint32_t idx;
@@ -807,8 +938,15 @@ static void tw_verbs_conn_send(tw_verbs_ep_t *ep, uint8_t type)
     if (ep->ah == NULL) {
         ep->ah = ibv_create_ah(dev->pd, &ep->ah_attr);
         if (ep->ah == NULL) {
-            tw_error("verbs", "%s: cannot make an address handle for rank %d: %m", dev->name,
-                     ep->peer);
+            int err = errno;
+            if (tw_verbs_qp_err_why(dev) == TW_ERR_TRANSPORT) {
+                /* Our port went down (PORT_ERR is on its way): expected. */
+                tw_debug("verbs", "%s: no address handle for rank %d: port down (%s)", dev->name,
+                         ep->peer, strerror(err));
+                return;
+            }
+            tw_error("verbs", "%s: cannot make an address handle for rank %d: %s", dev->name,
+                     ep->peer, strerror(err));
             return;
         }
     }
@@ -817,7 +955,7 @@ static void tw_verbs_conn_send(tw_verbs_ep_t *ep, uint8_t type)
     tw_verbs_conn_pack(&c, vb->key, buf);
     sge = (struct ibv_sge){
         .addr = (uintptr_t)buf, .length = TW_VERBS_CONN_LEN, .lkey = dev->pool_mr->lkey};
-    wr.wr_id = TW_VERBS_WR(idx, TW_VERBS_WR_UD_SEND);
+    wr.wr_id = TW_VERBS_WR_UD(dev, idx, TW_VERBS_WR_UD_SEND);
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_SEND;
@@ -855,14 +993,47 @@ static void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, si
         return;
     }
     dev->events++;
-    if (c.type == TW_VERBS_C_DOWN) {
-        if (!ep->failed && (ep->state != TW_VERBS_EP_CONNECTED || ep->rqpn == c.qpn)) {
+    /* From an endpoint of the peer's older than the one we are connected
+     * to, or than the one our reset waits for; or for an older endpoint of
+     * ours: the past. */
+    if (tw_verbs_conn_stale(&c, ep->gen, ep->state == TW_VERBS_EP_CONNECTED, ep->rgen,
+                            ep->rgen_min)) {
+        tw_debug("verbs",
+                 "%s: rank %u's connection message %u (generation %u, for our %u) is stale: "
+                 "ours is %u",
+                 dev->name, c.src_rank, c.type, c.gen, c.echo, ep->gen);
+        return;
+    }
+    if (c.type == TW_VERBS_C_DOWN || c.type == TW_VERBS_C_RESET) {
+        if (ep->state == TW_VERBS_EP_CONNECTED && c.gen == ep->rgen && ep->rqpn != c.qpn) {
+            return; /* not about our connection */
+        }
+        if (c.type == TW_VERBS_C_RESET) {
+            if (!ep->failed && ep->qp != NULL) {
+                tw_verbs_fail_peer(ep, TW_ERR_TRANSPORT, "it lost our connection (for now)", false);
+            }
+        } else if (!ep->failed) {
             tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "it reported our connection failed", false);
+        } else if (ep->transient) {
+            tw_verbs_ep_final(ep, "it reported our connection failed");
         }
         return;
     }
     if (ep->failed) {
-        return; /* it will learn by its own retries, or has already */
+        /* For good: it will learn by its own retries, or has already. For
+         * now: it repeats its REQ until our reset is done. */
+        return;
+    }
+    if (tw_verbs_port_state(dev) != TW_VERBS_PORT_UP) {
+        return; /* nothing connects now; it repeats */
+    }
+    if (ep->state == TW_VERBS_EP_CONNECTED && c.gen > ep->rgen) {
+        /* Its endpoint is new: it lost the connection we are in (its port
+         * went down, or it failed us for now) and reconnects. Ours is
+         * dead too, for now: once our QP flushed, its next REQ is
+         * answered. */
+        tw_verbs_fail_peer(ep, TW_ERR_TRANSPORT, "it reconnects from a new endpoint", false);
+        return;
     }
     if (ep->ready) {
         ep->last_ns = tw_time_ns();
@@ -878,7 +1049,7 @@ static void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, si
             tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot create a QP", false);
             return;
         }
-        if (ep->state != TW_VERBS_EP_CONNECTED && !tw_verbs_qp_connect(ep, c.qpn, c.psn)) {
+        if (ep->state != TW_VERBS_EP_CONNECTED && !tw_verbs_qp_connect(ep, c.qpn, c.psn, c.gen)) {
             tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot connect the QP", false);
             return;
         }
@@ -891,7 +1062,7 @@ static void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, si
         if (ep->qp == NULL) {
             return; /* we never asked */
         }
-        if (ep->state != TW_VERBS_EP_CONNECTED && !tw_verbs_qp_connect(ep, c.qpn, c.psn)) {
+        if (ep->state != TW_VERBS_EP_CONNECTED && !tw_verbs_qp_connect(ep, c.qpn, c.psn, c.gen)) {
             tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot connect the QP", false);
             return;
         }
@@ -1202,7 +1373,7 @@ static bool tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
         ep->sq.posted--;
         tw_error("verbs", "%s: posting to rank %d failed: %s", dev->name, ep->peer, strerror(rc));
         /* (@p op is out of the queue: failing the peer aborts the rest.) */
-        tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot post to its QP", true);
+        tw_verbs_fail_peer(ep, tw_verbs_qp_err_why(dev), "cannot post to its QP", true);
         tw_verbs_batch_done(op, dev->vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED);
         tw_verbs_op_abort(dev, op, dev->vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED);
         return true;
@@ -1294,9 +1465,11 @@ static void tw_verbs_enqueue(tw_verbs_dev_t *dev, tw_verbs_op_t *op)
         tw_verbs_op_free(op);
         return;
     }
-    if (ep->failed || vb->closing) {
+    if (ep->failed || vb->closing || tw_verbs_port_state(dev) != TW_VERBS_PORT_UP) {
+        /* (Accepted before the port went down: it completes like the
+         * operations that were waiting then.) */
         atomic_fetch_sub_explicit(&vb->queued, 1, memory_order_relaxed);
-        tw_verbs_op_abort(dev, op, ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED);
+        tw_verbs_op_abort(dev, op, vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED);
         return;
     }
     if (op->kind == TW_VERBS_OP_FLUSH && ep->qp == NULL) {
@@ -1353,8 +1526,17 @@ static tw_status_t tw_verbs_check_peer(tw_verbs_iface_t *vb, int peer)
         vb->eps[peer].rud_qpn == 0) {
         return TW_ERR_UNREACHABLE;
     }
-    if (atomic_load_explicit(&vb->down[peer], memory_order_acquire)) {
+    switch (atomic_load_explicit(&vb->down[peer], memory_order_acquire)) {
+    case TW_VERBS_DOWN_NO:
+        break;
+    case TW_VERBS_DOWN_FOR_NOW:
+        return TW_ERR_TRANSPORT;
+    default:
         return TW_ERR_PEER_FAILED;
+    }
+    /* A port that is down refuses at once (not queued until it is back). */
+    if (tw_verbs_port_state(tw_verbs_dev_of(vb, peer)) != TW_VERBS_PORT_UP) {
+        return TW_ERR_TRANSPORT;
     }
     return TW_OK;
 }
@@ -1521,9 +1703,11 @@ static void tw_verbs_rndv_apply(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_co
     if (len > h->len) {
         len = h->len;
     }
-    if (ep->failed || vb->closing) {
+    if (ep->failed || vb->closing || h->gen != ep->gen) {
+        /* (Of a connection that was reset since: its sender's operation
+         * completed when that connection failed.) */
         tw_verbs_handle_free(h);
-        comp->cb(comp, ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED);
+        comp->cb(comp, vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED);
         return;
     }
     if (len == 0) {
@@ -1585,7 +1769,7 @@ static void tw_verbs_read_done(tw_verbs_dev_t *dev, tw_tl_rndv_t *h, tw_status_t
     if (h->region != NULL) {
         tw_verbs_rcache_put(&dev->vb->rcache, h->region);
     }
-    if (!dev->vb->eps[h->peer].failed) {
+    if (!dev->vb->eps[h->peer].failed && h->gen == dev->vb->eps[h->peer].gen) {
         tw_verbs_send_fin(dev, h->peer, h->sid, fst); /* the sender's op completes so */
     }
     tw_verbs_handle_free(h);
@@ -1633,17 +1817,27 @@ static tw_status_t tw_verbs_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void
 
 /* ---- failure ------------------------------------------------------------------- */
 
+/* Fail @p ep's peer: for good (@p why TW_ERR_PEER_FAILED, or TW_OK: it
+ * left; TW_ERR_CANCELED while closing), or for now (TW_ERR_TRANSPORT: the
+ * path is down; the endpoint is reset once its QP flushed,
+ * tw_verbs_reset_check). Either way its QP goes to error, what is queued
+ * or waits for it completes TW_ERR_PEER_FAILED, and peer_down runs with
+ * @p why. @p tell: send it DOWN (for good) or RESET (for now, unless our
+ * port is down). Thread: engine. */
 static void tw_verbs_fail_peer(tw_verbs_ep_t *ep, tw_status_t why, const char *what, bool tell)
 {
     tw_verbs_dev_t *dev = ep->dev;
     tw_verbs_iface_t *vb = dev->vb;
     tw_status_t st = vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED;
+    bool fornow = why == TW_ERR_TRANSPORT && !vb->closing;
 
     if (ep->failed) {
         return;
     }
     ep->failed = true;
-    atomic_store_explicit(&vb->down[ep->peer], 1, memory_order_release);
+    ep->transient = fornow;
+    atomic_store_explicit(&vb->down[ep->peer], fornow ? TW_VERBS_DOWN_FOR_NOW : TW_VERBS_DOWN_GONE,
+                          memory_order_release);
     if (ep->ready) {
         dev->nready--;
     }
@@ -1651,14 +1845,26 @@ static void tw_verbs_fail_peer(tw_verbs_ep_t *ep, tw_status_t why, const char *w
     tw_verbs_timer_update(dev);
     if (why == TW_OK) {
         tw_debug("verbs", "rank %d left the job", ep->peer);
+    } else if (fornow) {
+        tw_warn("verbs",
+                "%s: rank %d is down for now: %s; its operations complete with "
+                "TW_ERR_PEER_FAILED, new ones are refused (TW_ERR_TRANSPORT) until its "
+                "connection is reset (and the port up), then connect again",
+                dev->name, ep->peer, what);
     } else if (!vb->closing) {
         tw_error("verbs",
                  "%s: rank %d failed: %s; its operations complete with "
                  "TW_ERR_PEER_FAILED",
                  dev->name, ep->peer, what);
     }
-    if (tell && why != TW_OK && ep->qp != NULL) {
-        tw_verbs_conn_send(ep, TW_VERBS_C_DOWN);
+    if (fornow) {
+        ep->fail_ns = tw_time_ns();
+        ep->stuck = false;
+        dev->nresets++;
+    }
+    if (tell && why != TW_OK && ep->qp != NULL &&
+        (!fornow || tw_verbs_port_state(dev) == TW_VERBS_PORT_UP)) {
+        tw_verbs_conn_send(ep, fornow ? TW_VERBS_C_RESET : TW_VERBS_C_DOWN);
     }
     if (ep->qp != NULL) {
         /* Whatever is posted flushes: each completes as it comes back. */
@@ -1685,36 +1891,322 @@ static void tw_verbs_fail_peer(tw_verbs_ep_t *ep, tw_status_t why, const char *w
             (void)tw_verbs_rsend_done(dev, (uint64_t)s->gen << 32 | i, ep->peer, st);
         }
     }
-    /* Its announced messages: rndv_get finds the peer failed; reads in
-     * flight complete as their work requests flush. */
+    /* Its announced messages: rndv_get finds the peer failed (or, after a
+     * reset, a handle of an older connection); reads in flight complete
+     * as their work requests flush. */
     if (vb->super.peer_down != NULL && !vb->closing) {
         vb->super.peer_down(vb->super.peer_down_arg, ep->peer, why);
     }
 }
 
-/* Where the async event thread reports a port that went down or a device
- * that is gone: every peer on the device fails. Thread: the device's
- * engine (the event thread hands it over with a command). */
+/* A peer failed for now turns out to be gone for good (it told us, or
+ * the device died): no reset, sends fail with TW_ERR_PEER_FAILED. peer_down
+ * does not run again (it ran once for this connection: the runtime's error
+ * handler must not see one failure twice); rel's probes are refused.
+ * Thread: engine. */
+static void tw_verbs_ep_final(tw_verbs_ep_t *ep, const char *what)
+{
+    tw_verbs_dev_t *dev = ep->dev;
+    tw_verbs_iface_t *vb = dev->vb;
+
+    if (!ep->failed || !ep->transient) {
+        return;
+    }
+    ep->transient = false;
+    dev->nresets--;
+    atomic_store_explicit(&vb->down[ep->peer], TW_VERBS_DOWN_GONE, memory_order_release);
+    if (vb->closing) {
+        return;
+    }
+    tw_error("verbs", "%s: rank %d (down for now) failed for good: %s", dev->name, ep->peer, what);
+}
+
+/* Back to "not connected" (a peer failed for now whose QP flushed): the
+ * QP and address handle go (the port may come back with another GID
+ * index), our generation grows, and from the peer only an endpoint newer
+ * than the one we were connected to is heard. The next operation for the
+ * peer connects again. Thread: engine. */
+static void tw_verbs_ep_reset(tw_verbs_ep_t *ep)
+{
+    tw_verbs_dev_t *dev = ep->dev;
+    tw_verbs_iface_t *vb = dev->vb;
+
+    if (ep->qp != NULL) {
+        uint32_t qpn = ep->qp->qp_num;
+        int rc = ibv_destroy_qp(ep->qp);
+        if (rc != 0) {
+            /* Leaked, not reused: the new connection gets a QP of its own. */
+            tw_warn("verbs", "%s: cannot destroy the old QP to rank %d: %s", dev->name, ep->peer,
+                    strerror(rc));
+        }
+        tw_verbs_qpn_del(dev, qpn);
+        ep->qp = NULL;
+    }
+    if (ep->ah != NULL) {
+        (void)ibv_destroy_ah(ep->ah);
+        ep->ah = NULL;
+    }
+    ep->state = TW_VERBS_EP_IDLE;
+    ep->ready = false;
+    ep->failed = false;
+    ep->transient = false;
+    ep->stuck = false;
+    ep->ping_ns = 0;
+    if (ep->rgen != 0) {
+        ep->rgen_min = ep->rgen + 1;
+    }
+    ep->rgen = 0;
+    ep->rqpn = ep->rpsn = 0;
+    ep->gen = ep->gen == UINT32_MAX ? 1 : ep->gen + 1;
+    dev->nresets--;
+    atomic_store_explicit(&vb->down[ep->peer], TW_VERBS_DOWN_NO, memory_order_release);
+    tw_debug("verbs", "%s: rank %d: connection reset (generation %u): the next send connects",
+             dev->name, ep->peer, ep->gen);
+}
+
+/* Reset the peers failed for now whose QP has nothing left to flush.
+ * Thread: engine. */
+static void tw_verbs_reset_check(tw_verbs_dev_t *dev)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+    uint64_t now = 0;
+
+    if (dev->nresets == 0 || vb->closing) {
+        return;
+    }
+    for (int p = 0; p < vb->super.size && dev->nresets > 0; p++) {
+        tw_verbs_ep_t *ep = &vb->eps[p];
+        if (ep->dev != dev || !ep->failed || !ep->transient) {
+            continue;
+        }
+        if (ep->qp == NULL || ep->sq.posted == ep->sq.done) {
+            tw_verbs_ep_reset(ep);
+            continue;
+        }
+        now = now != 0 ? now : tw_time_ns();
+        if (!ep->stuck && now - ep->fail_ns > TW_VERBS_CLOSE_NS) {
+            ep->stuck = true;
+            tw_warn("verbs",
+                    "%s: the QP to rank %d has not flushed %llu work requests in %.1f s: it "
+                    "stays down until it does",
+                    dev->name, p, (unsigned long long)(ep->sq.posted - ep->sq.done),
+                    (double)(now - ep->fail_ns) / 1e9);
+        }
+    }
+}
+
+/* Device-wide faults (device, SRQ or CQ fatal): every peer on the device
+ * fails for good. Thread: the device's engine (the event thread hands it
+ * over with a command). */
 void tw_verbs_dev_fatal(tw_verbs_dev_t *dev, const char *what)
 {
     tw_verbs_iface_t *vb = dev->vb;
 
     for (int p = 0; p < vb->super.size; p++) {
-        if (vb->eps[p].dev != dev) {
+        if (vb->eps[p].dev != dev || p == vb->super.rank) {
             continue;
         }
-        if (p != vb->super.rank) {
-            tw_verbs_fail_peer(&vb->eps[p], TW_ERR_PEER_FAILED, what, false);
+        tw_verbs_fail_peer(&vb->eps[p], TW_ERR_PEER_FAILED, what, false);
+        tw_verbs_ep_final(&vb->eps[p], what);
+    }
+    atomic_store_explicit(&dev->port_state, TW_VERBS_PORT_DOWN, memory_order_release);
+    dev->fatal = true;
+    tw_verbs_timer_update(dev);
+}
+
+/* The port went down (PORT_ERR): every peer on the device is down for now;
+ * nothing connects until tw_verbs_port_up. Thread: the device's engine. */
+void tw_verbs_port_down(tw_verbs_dev_t *dev, const char *what)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+
+    atomic_store_explicit(&dev->port_state, TW_VERBS_PORT_DOWN, memory_order_release);
+    tw_verbs_timer_update(dev);
+    for (int p = 0; p < vb->super.size; p++) {
+        if (vb->eps[p].dev != dev || p == vb->super.rank) {
+            continue;
+        }
+        tw_verbs_fail_peer(&vb->eps[p], dev->fatal ? TW_ERR_PEER_FAILED : TW_ERR_TRANSPORT, what,
+                           false);
+    }
+    tw_verbs_reset_check(dev);
+}
+
+/* The UD QP back in RTS, when it is not (rxe moves it to error when a
+ * datagram is posted while the netdev is down): through RESET, which
+ * drops what was posted -- completions of that still coming carry the
+ * old epoch and are ignored -- then the receives are posted again and the
+ * send buffers are all free. Thread: engine. */
+static bool tw_verbs_ud_up(tw_verbs_dev_t *dev);
+
+static bool tw_verbs_ud_recover(tw_verbs_dev_t *dev)
+{
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr ia;
+    int rc = ibv_query_qp(dev->ud, &a, IBV_QP_STATE, &ia);
+
+    if (rc == 0 && a.qp_state == IBV_QPS_RTS) {
+        return true;
+    }
+    if (rc != 0) {
+        tw_error("verbs", "%s: cannot query the UD QP: %s", dev->name, strerror(rc));
+        return false;
+    }
+    tw_info("verbs", "%s: the UD QP is in state %d: bringing it back", dev->name, (int)a.qp_state);
+    a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RESET};
+    rc = ibv_modify_qp(dev->ud, &a, IBV_QP_STATE);
+    if (rc != 0) {
+        tw_error("verbs", "%s: cannot reset the UD QP: %s", dev->name, strerror(rc));
+        return false;
+    }
+    dev->ud_epoch = (dev->ud_epoch + 1) & 0xffffffu;
+    dev->nud_tx_free = 0;
+    for (unsigned i = 0; i < TW_VERBS_UD_TX; i++) {
+        dev->ud_tx_free[dev->nud_tx_free++] = i;
+    }
+    return tw_verbs_ud_up(dev);
+}
+
+/* Is our GID (value and type) at index @p i of our port? */
+static bool tw_verbs_gid_is_ours(tw_verbs_dev_t *dev, int i)
+{
+    struct ibv_gid_entry e;
+
+    if (ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)i, &e, 0) != 0) {
+        return false;
+    }
+    return memcmp(e.gid.raw, dev->gid.raw, 16) == 0 &&
+           (dev->gid_type < 0 || (int)e.gid_type == dev->gid_type);
+}
+
+/* Is the port usable again: active, and our address (the GID, or on
+ * InfiniBand the LID, that peers got at startup) still ours? A GID that
+ * came back at another index is used there. Thread: engine. */
+static void tw_verbs_port_check(tw_verbs_dev_t *dev)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+    struct ibv_port_attr pa;
+    int found = -1;
+
+    dev->port_check_ns = tw_time_ns() + 100ull * 1000 * 1000;
+    if (ibv_query_port(dev->ctx, dev->port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) {
+        return; /* not yet */
+    }
+    if (dev->link == TW_VERBS_LINK_IB && pa.lid != dev->lid) {
+        tw_error("verbs",
+                 "%s port %u came back with LID %u, not %u: peers cannot reach it, it stays "
+                 "down",
+                 dev->name, dev->port, pa.lid, dev->lid);
+        atomic_store_explicit(&dev->port_state, TW_VERBS_PORT_DOWN, memory_order_release);
+        tw_verbs_timer_update(dev);
+        return;
+    }
+    if (tw_verbs_gid_is_ours(dev, dev->gid_index)) {
+        found = dev->gid_index;
+    }
+    for (int i = 0; found < 0 && i < TW_MIN(pa.gid_tbl_len, TW_VERBS_GID_SCAN); i++) {
+        if (tw_verbs_gid_is_ours(dev, i)) {
+            found = i;
         }
     }
+    if (found < 0) {
+        return; /* our GID is not back (yet): look again */
+    }
+    if (found != dev->gid_index) {
+        tw_info("verbs", "%s port %u: our GID is at index %d now (was %d)", dev->name, dev->port,
+                found, dev->gid_index);
+        dev->gid_index = found;
+        for (int p = 0; p < vb->super.size; p++) {
+            if (vb->eps[p].dev == dev && vb->eps[p].ah_attr.is_global) {
+                vb->eps[p].ah_attr.grh.sgid_index = (uint8_t)found;
+            }
+        }
+    }
+    if (!tw_verbs_ud_recover(dev)) {
+        tw_error("verbs",
+                 "%s port %u is active again, but connections cannot be set up: it "
+                 "stays down",
+                 dev->name, dev->port);
+        atomic_store_explicit(&dev->port_state, TW_VERBS_PORT_DOWN, memory_order_release);
+        tw_verbs_timer_update(dev);
+        return;
+    }
+    atomic_store_explicit(&dev->port_state, TW_VERBS_PORT_UP, memory_order_release);
+    tw_verbs_timer_update(dev);
+    tw_info("verbs", "%s port %u is usable again: its peers connect again on their next send",
+            dev->name, dev->port);
+}
+
+/* PORT_ACTIVE: the port may be used again once our address is back
+ * (tw_verbs_port_check, again every 100 ms until it is). Peers down for
+ * now connect again on their next operation (a rel probe). Thread: the
+ * device's engine. */
+void tw_verbs_port_up(tw_verbs_dev_t *dev)
+{
+    if (dev->fatal || tw_verbs_port_state(dev) != TW_VERBS_PORT_DOWN) {
+        return;
+    }
+    atomic_store_explicit(&dev->port_state, TW_VERBS_PORT_WAIT, memory_order_release);
+    tw_verbs_port_check(dev);
+    tw_verbs_timer_update(dev);
+}
+
+/* How a peer fails for error completion @p s on its QP. Errors of the
+ * path are for now: no answer (retries exceeded: the peer's port may be
+ * down), a local QP operation error (rxe's when the route under the port
+ * went away -- before ibv_query_port shows the port down), a flush as the
+ * first sign; the connection made again decides (a dead peer does not
+ * answer it: for good then, and rel's keepalive judges it anyway). Errors
+ * the peer answered with, or of our own memory, are for good unless our
+ * port is down. Thread: engine. */
+static tw_status_t tw_verbs_wc_why(tw_verbs_dev_t *dev, enum ibv_wc_status s)
+{
+    if (dev->fatal) {
+        return TW_ERR_PEER_FAILED;
+    }
+    switch (s) {
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+    case IBV_WC_LOC_QP_OP_ERR:
+    case IBV_WC_WR_FLUSH_ERR:
+    case IBV_WC_RESP_TIMEOUT_ERR:
+        return TW_ERR_TRANSPORT;
+    default:
+        return tw_verbs_qp_err_why(dev);
+    }
+}
+
+/* How a peer fails for an error on its QP: for now while our port is
+ * down (a work request fails when the port under it went away, often
+ * before PORT_ERR reached this engine; the port is then marked down here
+ * already), else for good. Thread: engine. */
+static tw_status_t tw_verbs_qp_err_why(tw_verbs_dev_t *dev)
+{
+    struct ibv_port_attr pa;
+
+    if (dev->fatal) {
+        return TW_ERR_PEER_FAILED;
+    }
+    if (tw_verbs_port_state(dev) != TW_VERBS_PORT_UP) {
+        return TW_ERR_TRANSPORT;
+    }
+    if (ibv_query_port(dev->ctx, dev->port, &pa) == 0 && pa.state != IBV_PORT_ACTIVE) {
+        tw_debug("verbs", "%s port %u is down (PORT_ERR on its way)", dev->name, dev->port);
+        atomic_store_explicit(&dev->port_state, TW_VERBS_PORT_DOWN, memory_order_release);
+        tw_verbs_timer_update(dev);
+        return TW_ERR_TRANSPORT;
+    }
+    return TW_ERR_PEER_FAILED;
 }
 
 void tw_verbs_qp_fatal(tw_verbs_dev_t *dev, uint32_t qp_num, const char *what)
 {
     int peer = tw_verbs_qpn_get(dev, qp_num);
 
-    if (peer >= 0 && dev->vb->eps[peer].dev == dev) {
-        tw_verbs_fail_peer(&dev->vb->eps[peer], TW_ERR_PEER_FAILED, what, true);
+    /* For good -- unless our port is down: then that is why, and the QP
+     * goes with the reset anyway. */
+    if (peer >= 0 && dev->vb->eps[peer].dev == dev && !dev->vb->eps[peer].failed) {
+        tw_verbs_fail_peer(&dev->vb->eps[peer], tw_verbs_qp_err_why(dev), what, true);
     }
 }
 
@@ -1728,9 +2220,14 @@ static void tw_verbs_event_cmd(void *arg, void *data, uint64_t u64)
         tw_verbs_dev_fatal(dev, what);
     } else if (u64 == UINT64_MAX - 1) {
         tw_verbs_srq_low(dev);
+    } else if (u64 == UINT64_MAX - 2) {
+        tw_verbs_port_down(dev, what);
+    } else if (u64 == UINT64_MAX - 3) {
+        tw_verbs_port_up(dev);
     } else {
         tw_verbs_qp_fatal(dev, (uint32_t)u64, what);
     }
+    tw_verbs_reset_check(dev);
 }
 
 tw_status_t tw_verbs_dev_report(tw_verbs_dev_t *dev, int64_t qp_num, const char *what)
@@ -1738,9 +2235,11 @@ tw_status_t tw_verbs_dev_report(tw_verbs_dev_t *dev, int64_t qp_num, const char 
     tw_pe_cmd_t cmd = {.fn = tw_verbs_event_cmd,
                        .arg = dev,
                        .data = (void *)(uintptr_t)what,
-                       .u64 = qp_num == TW_VERBS_REPORT_SRQ ? UINT64_MAX - 1
-                              : qp_num < 0                  ? UINT64_MAX
-                                                            : (uint64_t)qp_num};
+                       .u64 = qp_num == TW_VERBS_REPORT_SRQ         ? UINT64_MAX - 1
+                              : qp_num == TW_VERBS_REPORT_PORT_DOWN ? UINT64_MAX - 2
+                              : qp_num == TW_VERBS_REPORT_PORT_UP   ? UINT64_MAX - 3
+                              : qp_num < 0                          ? UINT64_MAX
+                                                                    : (uint64_t)qp_num};
 
     return tw_pe_submit(dev->pe, &cmd);
 }
@@ -1789,13 +2288,12 @@ static void tw_verbs_async_event(void *arg, const struct ibv_async_event *ev)
         what = "its port went down (IBV_EVENT_PORT_ERR)";
         break;
     case TW_VA_PORT_UP:
-        if (ev->element.port_num == dev->port) {
-            tw_info("verbs",
-                    "%s port %u is active again (peers failed while it was down stay "
-                    "failed over)",
-                    dev->name, dev->port);
+        if (ev->element.port_num != dev->port) {
+            return;
         }
-        return;
+        tw_info("verbs", "%s: async event %s: port %u is active again", dev->name, type, dev->port);
+        what_qp = TW_VERBS_REPORT_PORT_UP;
+        break;
     case TW_VA_DEVICE_FATAL:
         what = "the device failed (IBV_EVENT_DEVICE_FATAL)";
         break;
@@ -1825,6 +2323,9 @@ static void tw_verbs_async_event(void *arg, const struct ibv_async_event *ev)
     }
     if (what != NULL) {
         tw_warn("verbs", "%s: async event %s: %s", dev->name, type, tw_va_action_name(act));
+        if (what_qp == -1 && tw_va_peer_status(act) == TW_ERR_TRANSPORT) {
+            what_qp = TW_VERBS_REPORT_PORT_DOWN; /* the device's peers: down for now */
+        }
     }
     /* The engine's lane may be full for a moment: this thread can wait. */
     for (int i = 0; tw_verbs_dev_report(dev, what_qp, what) == TW_ERR_AGAIN; i++) {
@@ -1873,6 +2374,7 @@ static size_t tw_verbs_rx_frame(tw_verbs_dev_t *dev, tw_verbs_ep_t *ep, const un
         }
         h->dev = dev;
         h->peer = ep->peer;
+        h->gen = ep->gen;
         h->raddr = f.raddr;
         h->rkey = f.rkey;
         h->len = f.len;
@@ -1932,15 +2434,20 @@ static void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc)
                     }
                 }
             }
-        } else if (wc->status != IBV_WC_SUCCESS && peer >= 0 && !vb->closing) {
+        } else if (wc->status != IBV_WC_SUCCESS && peer >= 0 && !vb->closing &&
+                   !vb->eps[peer].failed) {
             char what[96];
             snprintf(what, sizeof(what), "receive completed with %s", tw_verbs_wc_str(wc->status));
-            tw_verbs_fail_peer(&vb->eps[peer], TW_ERR_PEER_FAILED, what, true);
+            tw_verbs_fail_peer(&vb->eps[peer], tw_verbs_wc_why(dev, wc->status), what, true);
         }
         dev->rx_free[dev->nrx_free++] = idx;
         break;
     }
     case TW_VERBS_WR_UD_RECV:
+        if ((idx >> 8) != dev->ud_epoch) {
+            break; /* posted before the UD QP was reset: re-posted since */
+        }
+        idx &= 0xffu;
         if (wc->status == IBV_WC_SUCCESS && wc->byte_len >= TW_VERBS_GRH) {
             tw_verbs_conn_recv(dev, dev->ud_pool + (size_t)idx * TW_VERBS_UD_BUF + TW_VERBS_GRH,
                                wc->byte_len - TW_VERBS_GRH);
@@ -1950,7 +2457,9 @@ static void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc)
         }
         break;
     case TW_VERBS_WR_UD_SEND:
-        dev->ud_tx_free[dev->nud_tx_free++] = idx;
+        if ((idx >> 8) == dev->ud_epoch) { /* else: freed when the UD QP was reset */
+            dev->ud_tx_free[dev->nud_tx_free++] = idx & 0xffu;
+        }
         break;
     default: {
         tw_verbs_op_t *op = (tw_verbs_op_t *)(uintptr_t)wc->wr_id;
@@ -1966,7 +2475,8 @@ static void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc)
                 char what[96];
                 snprintf(what, sizeof(what), "a work request completed with %s",
                          tw_verbs_wc_str(wc->status));
-                tw_verbs_fail_peer(ep, ep->left ? TW_OK : TW_ERR_PEER_FAILED, what, !ep->left);
+                tw_verbs_fail_peer(ep, ep->left ? TW_OK : tw_verbs_wc_why(dev, wc->status), what,
+                                   !ep->left);
             }
         }
         tw_verbs_op_release(dev, op);
@@ -2054,7 +2564,11 @@ static int tw_verbs_dev_progress(void *arg)
         if (dev->conns != NULL) {
             tw_verbs_conn_tick(dev);
         }
-        tw_verbs_liveness(dev, tw_time_ns());
+        uint64_t now = tw_time_ns();
+        if (tw_verbs_port_state(dev) == TW_VERBS_PORT_WAIT && now >= dev->port_check_ns) {
+            tw_verbs_port_check(dev);
+        }
+        tw_verbs_liveness(dev, now);
     }
     if (!dev->armed && dev->cq != NULL) {
         if (ibv_req_notify_cq(dev->cq, 0) == 0) {
@@ -2063,6 +2577,7 @@ static int tw_verbs_dev_progress(void *arg)
         (void)tw_verbs_poll_cq(dev); /* what came before the arming */
         tw_verbs_rx_refill(dev, false);
     }
+    tw_verbs_reset_check(dev); /* peers down for now whose QP flushed */
     return dev->events;
 }
 
@@ -2261,6 +2776,35 @@ const tw_tl_ops_t tw_verbs_ops = {
 
 /* ---- device setup ------------------------------------------------------------------ */
 
+/* The UD QP (new, or just reset) to RTS, with every receive posted. */
+static bool tw_verbs_ud_up(tw_verbs_dev_t *dev)
+{
+    struct ibv_qp_attr a = {
+        .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = dev->port, .qkey = dev->vb->qkey};
+    int rc =
+        ibv_modify_qp(dev->ud, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+
+    if (rc == 0) {
+        a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
+        rc = ibv_modify_qp(dev->ud, &a, IBV_QP_STATE);
+    }
+    if (rc == 0) {
+        a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
+        rc = ibv_modify_qp(dev->ud, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    }
+    if (rc != 0) {
+        tw_error("verbs", "%s: cannot bring the UD QP up: %s", dev->name, strerror(rc));
+        return false;
+    }
+    for (unsigned i = 0; i < TW_VERBS_UD_RX; i++) {
+        if (!tw_verbs_ud_post_recv(dev, i)) {
+            tw_error("verbs", "%s: cannot post UD receives", dev->name);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Choose the GID: TW_VERBS_GID_INDEX, else on Ethernet the first
  * IPv4-mapped RoCE v2 GID of slots 0-15 (then any RoCE v2, then any
  * non-zero); on InfiniBand slot 0. */
@@ -2360,6 +2904,12 @@ static tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev,
     dev->max_msg = pa.max_msg_sz;
     if (!tw_verbs_pick_gid(dev, &pa)) {
         return TW_ERR_TRANSPORT;
+    }
+    {
+        struct ibv_gid_entry e;
+        dev->gid_type = ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)dev->gid_index, &e, 0) == 0
+                            ? (int)e.gid_type
+                            : -1;
     }
     if (dev->link == TW_VERBS_LINK_IB && dev->lid == 0) {
         tw_error("verbs", "%s: InfiniBand port %u has no LID (no subnet manager?)", dev->name,
@@ -2486,32 +3036,13 @@ static tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev,
                                               .max_recv_wr = TW_VERBS_UD_RX,
                                               .max_send_sge = 1,
                                               .max_recv_sge = 1}};
-        struct ibv_qp_attr a = {
-            .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = dev->port, .qkey = vb->qkey};
         dev->ud = ibv_create_qp(dev->qp_pd, &ia);
         if (dev->ud == NULL) {
             tw_error("verbs", "%s: cannot create the UD QP: %m", dev->name);
             return TW_ERR_TRANSPORT;
         }
-        rc = ibv_modify_qp(dev->ud, &a,
-                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
-        if (rc == 0) {
-            a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
-            rc = ibv_modify_qp(dev->ud, &a, IBV_QP_STATE);
-        }
-        if (rc == 0) {
-            a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
-            rc = ibv_modify_qp(dev->ud, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-        }
-        if (rc != 0) {
-            tw_error("verbs", "%s: cannot bring the UD QP up: %s", dev->name, strerror(rc));
+        if (!tw_verbs_ud_up(dev)) {
             return TW_ERR_TRANSPORT;
-        }
-        for (unsigned i = 0; i < TW_VERBS_UD_RX; i++) {
-            if (!tw_verbs_ud_post_recv(dev, i)) {
-                tw_error("verbs", "%s: cannot post UD receives", dev->name);
-                return TW_ERR_TRANSPORT;
-            }
         }
     }
     /* Its engine. */
@@ -2630,6 +3161,7 @@ static tw_status_t tw_verbs_iface_open(const tw_tl_params_t *params, tw_tl_iface
     for (int p = 0; p < params->size; p++) {
         vb->eps[p].peer = p;
         vb->eps[p].dev = &vb->devs[0]; /* addr_connect picks the peer's */
+        vb->eps[p].gen = 1;
     }
     /* The async event thread: port, device, QP and SRQ events. */
     st = tw_va_create(&vb->va);

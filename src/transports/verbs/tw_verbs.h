@@ -52,24 +52,36 @@ tw_status_t tw_verbs_mem_dereg(tw_tl_iface_t *iface, tw_verbs_mem_t *mem);
 tw_status_t tw_verbs_force_qp_error(tw_tl_iface_t *iface, int peer);
 
 /** Test hook: drop every @p every-th connection message (REQ, REP, RTU,
- * DOWN, PING, PONG) this process sends, as a lossy fabric would drop UD
- * datagrams; 1 drops them all, 0 none. Thread: any. */
+ * DOWN, PING, PONG, RESET) this process sends, as a lossy fabric would
+ * drop UD datagrams; 1 drops them all, 0 none. Thread: any. */
 void tw_verbs_test_drop_conn(unsigned every);
 
 /** A device of the transport (opaque). */
 typedef struct tw_verbs_dev tw_verbs_dev_t;
 
-/** Fail every peer reached through @p dev (port down, device fatal):
- * where the async event thread, once written, reports such events.
+/** Fail every peer reached through @p dev for good (device, SRQ or CQ
+ * fatal: peer_down TW_ERR_PEER_FAILED); the device stays unusable.
  * Thread: the device's engine (hand it over with a command). */
 void tw_verbs_dev_fatal(tw_verbs_dev_t *dev, const char *what);
-/** Fail the peer whose RC QP is @p qp_num on @p dev (QP fatal, request
- * or access error events). Thread: the device's engine. */
+/** @p dev's port went down (PORT_ERR): every peer reached through it is
+ * down for now (peer_down TW_ERR_TRANSPORT), sends to them fail at once
+ * with TW_ERR_TRANSPORT, and each endpoint goes back to "not connected"
+ * once its QP flushed. Thread: the device's engine. */
+void tw_verbs_port_down(tw_verbs_dev_t *dev, const char *what);
+/** @p dev's port is active again (PORT_ACTIVE): usable once our GID (LID)
+ * is back; peers down for now connect again on their next send. Thread:
+ * the device's engine. */
+void tw_verbs_port_up(tw_verbs_dev_t *dev);
+/** Fail the peer whose RC QP is @p qp_num on @p dev for good (QP fatal,
+ * request or access error events). Thread: the device's engine. */
 void tw_verbs_qp_fatal(tw_verbs_dev_t *dev, uint32_t qp_num, const char *what);
-#define TW_VERBS_REPORT_SRQ (-2)
+#define TW_VERBS_REPORT_SRQ       (-2)
+#define TW_VERBS_REPORT_PORT_DOWN (-3)
+#define TW_VERBS_REPORT_PORT_UP   (-4)
 /** From any thread (the async event thread): hand an event to the
- * device's engine -- a QP's (@p qp_num >= 0), the whole device's (-1), or
- * the SRQ's limit reached (TW_VERBS_REPORT_SRQ: refill and re-arm).
+ * device's engine -- a QP's (@p qp_num >= 0), the whole device's (-1),
+ * the SRQ's limit reached (TW_VERBS_REPORT_SRQ: refill and re-arm), the
+ * port down or up again (TW_VERBS_REPORT_PORT_DOWN / _UP).
  * @p what must stay valid (a string literal). TW_ERR_AGAIN: the engine's
  * submission lane is full; retry. */
 tw_status_t tw_verbs_dev_report(tw_verbs_dev_t *dev, int64_t qp_num, const char *what);

@@ -351,6 +351,24 @@ tw_va_action_t tw_va_classify(enum ibv_event_type type)
     }
 }
 
+tw_status_t tw_va_peer_status(tw_va_action_t action)
+{
+    switch (action) {
+    case TW_VA_PORT_DOWN:
+        return TW_ERR_TRANSPORT;
+    case TW_VA_DEVICE_FATAL:
+    case TW_VA_QP_FATAL:
+    case TW_VA_SRQ_FATAL:
+    case TW_VA_CQ_FATAL:
+        return TW_ERR_PEER_FAILED;
+    case TW_VA_IGNORE:
+    case TW_VA_PORT_UP:
+    case TW_VA_SRQ_LIMIT:
+        break;
+    }
+    return TW_OK;
+}
+
 const char *tw_va_action_name(tw_va_action_t action)
 {
     static const char *const names[] = {

@@ -61,6 +61,12 @@ typedef enum tw_va_action {
 } tw_va_action_t;
 
 tw_va_action_t tw_va_classify(enum ibv_event_type type);
+/** How the peers that an event's action cuts off fail (peer_down):
+ * TW_ERR_TRANSPORT for a port that went down (down for now: the port may
+ * come back, and PORT_UP makes it usable again), TW_ERR_PEER_FAILED for a
+ * dead device, SRQ, CQ or QP (for good), TW_OK for actions that fail no
+ * peer (IGNORE, PORT_UP, SRQ_LIMIT). */
+tw_status_t tw_va_peer_status(tw_va_action_t action);
 /** "port down" ... for log lines. */
 const char *tw_va_action_name(tw_va_action_t action);
 

@@ -131,6 +131,8 @@ void tw_verbs_conn_pack(const tw_verbs_conn_t *c, const uint8_t key[16],
     buf[21] = c->dst_dev;
     tw_put32(buf + 24, c->qpn);
     tw_put32(buf + 28, c->psn);
+    tw_put32(buf + 32, c->gen);
+    tw_put32(buf + 36, c->echo);
     tw_put64(buf + 40, tw_siphash24(key, buf, 40));
 }
 
@@ -158,6 +160,8 @@ tw_status_t tw_verbs_conn_parse(const void *buf, size_t len, const uint8_t key[1
     c.dst_dev = p[21];
     c.qpn = tw_get32(p + 24);
     c.psn = tw_get32(p + 28);
+    c.gen = tw_get32(p + 32);
+    c.echo = tw_get32(p + 36);
     if (c.type == 0 || c.type >= TW_VERBS_C_TYPE_MAX) {
         return bad(why, "unknown connection message type");
     }
@@ -170,8 +174,23 @@ tw_status_t tw_verbs_conn_parse(const void *buf, size_t len, const uint8_t key[1
     if (c.qpn > 0xffffffu || c.psn > 0xffffffu) {
         return bad(why, "QP number or PSN wider than 24 bits");
     }
+    if (c.gen == 0) {
+        return bad(why, "connection message without an endpoint generation");
+    }
     *out = c;
     return TW_OK;
+}
+
+bool tw_verbs_conn_stale(const tw_verbs_conn_t *c, uint32_t gen, bool connected, uint32_t rgen,
+                         uint32_t rgen_min)
+{
+    if (c->gen < rgen_min || (connected && c->gen < rgen)) {
+        return true; /* from an endpoint of the peer's that is gone */
+    }
+    if (c->type == TW_VERBS_C_REQ || c->echo == gen) {
+        return false;
+    }
+    return c->echo != 0 || (c->type != TW_VERBS_C_DOWN && c->type != TW_VERBS_C_RESET);
 }
 
 /* ---- addresses ------------------------------------------------------------ */

@@ -22,11 +22,19 @@
  * in front):
  *   magic u32 | version u8 | type u8 | pad u16 | src_rank u32 | dst_rank u32 |
  *   size u32 | src_dev u8 | dst_dev u8 | pad u16 | qpn u32 | psn u32 |
- *   pad u32 | mac u64 = SipHash(job key, the 40 bytes before it)
+ *   gen u32 | echo u32 | mac u64 = SipHash(job key, the 40 bytes before it)
  *   REQ  "here is my RC QP for you"; REP "mine for you, and yours is
  *   connected" (so I am in RTR); RTU "yours is connected too"; DOWN "I
- *   failed you" (the QP went to error: fail me too); PING / PONG: liveness
- *   of a connected peer.
+ *   failed you" (the QP went to error: fail me too); RESET "I lost our
+ *   connection for now" (drop yours; a REQ of a newer generation follows
+ *   when it is wanted again); PING / PONG: liveness of a connected peer.
+ *   gen (>= 1) is the generation of the sender's
+ *   endpoint for the receiver: it grows each time the sender resets its
+ *   endpoint after a port went down, so messages of an older connection
+ *   are told apart from a new one's (tw_verbs.c, "Fail-back"); echo is the
+ *   receiver's generation the sender is connected to (0: none yet), so a
+ *   REP, RTU, PING, PONG, RESET or DOWN meant for an older endpoint of the
+ *   receiver is told apart too. Version 2 added both.
  *
  * Address (the bootstrap blob): magic u32 | version u8 | ndev u8 | flags u8 |
  *   pad u8, then per device: gid[16] | lid u16 | port u8 | link u8 |
@@ -44,7 +52,7 @@
 
 #include "threadwire/threadwire.h"
 
-#define TW_VERBS_VERSION    1u
+#define TW_VERBS_VERSION    2u
 #define TW_VERBS_FRAME_LEN  16u
 #define TW_VERBS_RTS_LEN    24u /* after the frame header */
 #define TW_VERBS_FIN_LEN    16u
@@ -65,6 +73,7 @@ enum {
     TW_VERBS_C_DOWN,
     TW_VERBS_C_PING, /* liveness: the peer's engine answers PONG */
     TW_VERBS_C_PONG,
+    TW_VERBS_C_RESET, /* "I lost our connection for now: drop yours, I reconnect" */
     TW_VERBS_C_TYPE_MAX
 };
 enum { TW_VERBS_LINK_IB = 1, TW_VERBS_LINK_ETH = 2 };
@@ -90,6 +99,8 @@ typedef struct tw_verbs_conn {
     uint32_t src_rank, dst_rank, size;
     uint8_t src_dev, dst_dev;
     uint32_t qpn, psn; /* 24 bits each */
+    uint32_t gen;      /* the sender's endpoint generation, >= 1 */
+    uint32_t echo;     /* the receiver's generation the sender knows, or 0 */
 } tw_verbs_conn_t;
 
 typedef struct tw_verbs_addr_dev {
@@ -125,10 +136,22 @@ void tw_verbs_conn_pack(const tw_verbs_conn_t *c, const uint8_t key[16],
                         uint8_t buf[TW_VERBS_CONN_LEN]);
 
 /** Parse a connection message of @p len bytes meant for @p my_rank of a
- * job of @p size ranks; the MAC must check under @p key. */
+ * job of @p size ranks; the MAC must check under @p key, and gen must not
+ * be 0. */
 tw_status_t tw_verbs_conn_parse(const void *buf, size_t len, const uint8_t key[16],
                                 uint32_t my_rank, uint32_t size, tw_verbs_conn_t *c,
                                 const char **why);
+
+/** Is connection message @p c of a connection that is over? For an
+ * endpoint of generation @p gen that is connected (@p connected) to the
+ * peer's generation @p rgen, or (not connected) listens to the peer's
+ * generations from @p rgen_min on: true when @p c comes from an older
+ * endpoint of the peer's, or is meant for an older one of ours -- every
+ * type but REQ (which starts a connection to whatever endpoint we have)
+ * must echo @p gen; DOWN and RESET may echo 0 (a peer that never
+ * connected). tw_verbs.c ("Fail-back") drops such messages. */
+bool tw_verbs_conn_stale(const tw_verbs_conn_t *c, uint32_t gen, bool connected, uint32_t rgen,
+                         uint32_t rgen_min);
 
 /** Bytes tw_verbs_addr_pack writes for @p ndev devices. */
 size_t tw_verbs_addr_len(unsigned ndev);
