@@ -15,8 +15,10 @@
 #   verbs  TW_TRANSPORTS=verbs,self twrun -n 2 tw_perf, through the HCA's
 #        loopback (one node), beside ucx_perftest with UCX_TLS=rc_v,self;
 #        TW_VERBS_DEVICES (e.g. mlx5_0:1) picks the device for both. Rows
-#        for 1, 4 and 8 thread pairs on the one HCA. For real hardware:
-#        figures from an emulated device (Soft-RoCE under TCG) mean nothing.
+#        for 1, 4 and 8 thread pairs on the one HCA, and one-sided rows
+#        (RDMA write / read) beside ucp_put_lat, ucp_put_bw and ucp_get.
+#        For real hardware: figures from an emulated device (Soft-RoCE
+#        under TCG) mean nothing.
 # Needs ucx-utils for the UCX column, openmpi-bin and libopenmpi-dev for the
 # Open MPI one (tcp); a missing peer shows "-". About 15 s (shm) and
 # 1.5 min (tcp) at REPS=5 on 2 cores.
@@ -43,9 +45,18 @@ fail() { echo "perf-peers: $1 failed; its last lines:" >&2; tail -5 "$log" >&2; 
 
 # Per transport: threadwire's environment, the UCX transports, the peers and
 # their runs (KIND = lat | rate | bw: 8 B latency in us, 8 B rate in
-# M msg/s, 1 MiB bandwidth in MB/s), and the threadwire rows as
-# "KIND|label|tw_perf options". Iteration counts keep each run about a
-# second at the speeds measured so far.
+# M msg/s, 1 MiB bandwidth in MB/s; put_lat | get_lat: 8 B put or get to
+# its completion in us; put_bw | get_bw: 1 MiB puts or gets in MB/s), and
+# the threadwire rows as "KIND|label|tw_perf options". A peer runs the
+# kinds it has arguments for; the others show "-". Iteration counts keep
+# each run about a second at the speeds measured so far.
+# One-sided peers: tw_perf's put_lat times one put to its completion, a
+# round trip (the bytes are in place at the target), while ucp_put_lat
+# ping-pongs puts and reports half the round trip: the UCX column shows
+# twice its figure. ucp_get is one test for both: -O 1 times one get at a
+# time (get_lat), -O 32 keeps 32 in flight (get_bw); ucp_put_bw -O 32
+# likewise, where tw_perf posts windows of 32 (puts then a tw_flush); both
+# move 20000 x 1 MiB.
 declare -A peer_name ucx_args ompi_args
 case $transport in
   shm)
@@ -96,7 +107,9 @@ case $transport in
     peers=(ucx)
     peer_name=([ucx]="UCX rc")
     ucx_args=([lat]="-t tag_lat -s 8 -n 100000" [rate]="-t tag_bw -s 8 -n 1000000"
-      [bw]="-t tag_bw -s 1048576 -n 2000")
+      [bw]="-t tag_bw -s 1048576 -n 2000"
+      [put_lat]="-t ucp_put_lat -s 8 -n 100000" [put_bw]="-t ucp_put_bw -s 1048576 -n 20000 -O 32"
+      [get_lat]="-t ucp_get -s 8 -n 100000 -O 1" [get_bw]="-t ucp_get -s 1048576 -n 20000 -O 32")
     rows=(
       "lat|8 B latency, us (manual progress, spin)|-x lat -s 8 -p 0 -m spin -n 100000"
       "lat|8 B latency, us (progress thread, spin)|-x lat -s 8 -m spin -n 20000"
@@ -107,6 +120,14 @@ case $transport in
       "rate|8 B rate, M msg/s (progress thread, 8 thr/HCA)|-x rate -s 8 -t 8"
       "bw|1 MiB bandwidth, MB/s (manual, spin)|-x bw -s 1m -p 0 -m spin -n 2000"
       "bw|1 MiB bandwidth, MB/s (progress thread)|-x bw -s 1m -n 2000"
+      "put_lat|8 B put round trip, us (manual, spin)|-x put_lat -s 8 -p 0 -m spin -n 100000"
+      "put_lat|8 B put round trip, us (progress thread)|-x put_lat -s 8 -n 20000"
+      "put_bw|1 MiB put bandwidth, MB/s (manual, spin)|-x put_bw -s 1m -p 0 -m spin -n 625"
+      "put_bw|1 MiB put bandwidth, MB/s (progress thread)|-x put_bw -s 1m -n 625"
+      "get_lat|8 B get, us (manual, spin)|-x get_lat -s 8 -p 0 -m spin -n 100000"
+      "get_lat|8 B get, us (progress thread)|-x get_lat -s 8 -n 20000"
+      "get_bw|1 MiB get bandwidth, MB/s (manual, spin)|-x get_bw -s 1m -p 0 -m spin -n 625"
+      "get_bw|1 MiB get bandwidth, MB/s (progress thread)|-x get_bw -s 1m -n 625"
     ) ;;
   *) usage ;;
 esac
@@ -128,10 +149,14 @@ ucx() {
   local line v
   # shellcheck disable=SC2086 # the options are words
   line=$(ucx_pair ${ucx_args[$1]})
-  case $1 in
-    lat) v=$(awk 'NF >= 8 {print $2}' <<<"$line") ;;
-    rate) v=$(awk 'NF >= 8 {print $8 / 1e6}' <<<"$line") ;;
-    bw) v=$(awk 'NF >= 8 {print $6 * 1.048576}' <<<"$line") ;;
+  # Only a line of numbers: a failed run's last line is its error message.
+  line=$(awk 'NF >= 8 && $1 ~ /^[0-9]+$/' <<<"$line")
+  v=
+  [ -z "$line" ] || case $1 in
+    lat | get_lat) v=$(awk '{print $2}' <<<"$line") ;;
+    put_lat) v=$(awk '{print 2 * $2}' <<<"$line") ;; # its half round trip, doubled
+    rate) v=$(awk '{print $8 / 1e6}' <<<"$line") ;;
+    bw | put_bw | get_bw) v=$(awk '{print $6 * 1.048576}' <<<"$line") ;;
   esac
   [ -n "$v" ] || fail "ucx_perftest ${ucx_args[$1]} (${ucx_env[*]})"
   echo "$v"
@@ -161,9 +186,9 @@ tw() {
   row=$(hiprio env "${tw_env[@]}" timeout 120 "$twrun" -n 2 --bind core "$perf" --csv "$@" 2>"$log" |
     awk -F, '$4 == "all"') || true
   case $kind in
-    lat) awk -F, '{print $8}' <<<"$row" ;;
+    lat | put_lat | get_lat) awk -F, '{print $8}' <<<"$row" ;;
     rate) awk -F, '{print $13}' <<<"$row" ;;
-    bw) awk -F, '{print $12}' <<<"$row" ;;
+    bw | put_bw | get_bw) awk -F, '{print $12}' <<<"$row" ;;
   esac
   [ -n "$row" ] || fail "${tw_env[*]:+${tw_env[*]} }twrun -n 2 tw_perf $*"
 }
@@ -185,12 +210,23 @@ else
   fail "mpicc tools/bench-peers/mpi_pingpong.c"
 fi
 
+# The kinds the rows measure; a peer runs those it has arguments for.
+kinds=$(for row in "${rows[@]}"; do echo "${row%%|*}"; done | sort -u)
+has_args() { # PEER KIND
+  case $1 in
+    ucx) [ -n "${ucx_args[$2]:-}" ] ;;
+    ompi) [ -n "${ompi_args[$2]:-}" ] ;;
+    *) false ;;
+  esac
+}
+
 declare -A r
 for _ in $(seq "$reps"); do
   for p in "${peers[@]}"; do
     [ -n "${have[$p]:-}" ] || continue
-    for kind in lat rate bw; do
-      r[$p.$kind]+="$($p $kind) "
+    for kind in $kinds; do
+      has_args "$p" "$kind" || continue
+      r[$p.$kind]+="$($p "$kind") "
     done
   done
   for i in "${!rows[@]}"; do

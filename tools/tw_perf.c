@@ -23,6 +23,40 @@
  *   rate  them, post the next window's receives, send a 0-byte ack. A times
  *         each window; bandwidth and rate come from the whole measured run.
  *
+ * One-sided tests. Every responder thread has a window of two slots of the
+ * largest SIZE. Before each one-sided run (and its barrier) B's main thread
+ * writes the window (below), registers it (tw_mem_register; afresh each
+ * run, so that the registry's lock orders those writes before the
+ * library's threads serve the run's operations) and sends its packed key
+ * (tw_mr_pack) and address to the initiator's rank, tagged TAG_KEYS | i.
+ * Only responders register: nobody addresses an initiator's memory.
+ * During a run B only waits for A's 0-byte "done" message (posted first;
+ * no idle timeout, as no completion comes until the end): its progress
+ * thread serves the emulated operations, and in manual mode (-p 0) that
+ * wait -- tw_cq_wait, or tw_cq_poll and tw_progress with -m spin -- drives
+ * progress itself.
+ *   put_lat  A: tw_put SIZE bytes into B's window, wait for the put's
+ *            completion, next. A put completes when its bytes are in place
+ *            at B, so this is a round trip (the RDMA write's
+ *            acknowledgement, or the emulation's reply): reported whole,
+ *            per put, not halved. ucx_perftest's ucp_put_lat ping-pongs
+ *            puts instead (each side polls its memory for the last byte)
+ *            and reports half the round trip; our puts promise no order of
+ *            bytes and wake nobody, so a put_lat compares with twice a
+ *            ucp_put_lat.
+ *   get_lat  the same with tw_get from B's window (as ucp_get with -O 1).
+ *   put_bw   A: WINDOW puts, then one tw_flush; wait for the flush and every
+ *            put. A times each window; bandwidth and rate come from the
+ *            whole measured run. tw_flush waits for the puts to B of every
+ *            thread, so with -t > 1 a flush may also wait for other pairs'.
+ *   get_bw   A: WINDOW gets, wait for all of them (a flush orders puts only).
+ * Puts of the last iteration go to the window's second slot, the others to
+ * the first: B clears both before the run and checks both after it (the
+ * first iteration's pattern, which the middle iterations repeat, and the
+ * last's). Before a get run B fills the slots with its patterns, and A
+ * checks what it read after the first and the last iteration. Every RMA
+ * completion is checked for status, op, length and peer.
+ *
  * Receives are posted before their message is sent (only the first message
  * of a run may find its partner thread not started yet), so the measured
  * traffic does not take the unexpected-message path. Sends of the first and of the last
@@ -58,20 +92,32 @@ extern char **environ;
 #define PERF_MAX_THREADS 256
 #define PERF_MAX_WINDOW  65536
 #define PERF_MAX_SIZE    ((size_t)1 << 30)
-#define PERF_MAX_TESTS   3   /* each test once */
+#define PERF_MAX_TESTS   7   /* each test once */
 #define PERF_WAIT_MS     100 /* one tw_cq_wait slice: abort/timeout checks between */
 #define PERF_POLL_MAX    32
 
-/* Tag layout: bits 0..31 thread index, bit 32 direction, bit 63 barrier. */
+/* Tag layout: bits 0..31 thread index, bit 32 direction, bit 62 window
+ * keys, bit 63 barrier. */
 #define TAG_REPLY   (UINT64_C(1) << 32)
+#define TAG_KEYS    (UINT64_C(1) << 62)
 #define TAG_BARRIER (UINT64_C(1) << 63)
 
-typedef enum perf_test { TEST_LAT, TEST_BW, TEST_RATE } perf_test_t;
+typedef enum perf_test {
+    TEST_LAT,
+    TEST_BW,
+    TEST_RATE,
+    TEST_PUT_LAT,
+    TEST_PUT_BW,
+    TEST_GET_LAT,
+    TEST_GET_BW
+} perf_test_t;
 
-static const char *const test_names[] = {"lat", "bw", "rate"};
+static const char *const test_names[] = {"lat",    "bw",      "rate",  "put_lat",
+                                         "put_bw", "get_lat", "get_bw"};
 
-enum { ROLE_A, ROLE_B };                          /* initiator, responder */
-enum { USER_SEND = 1, USER_RECV_A, USER_RECV_B }; /* completion user values */
+enum { ROLE_A, ROLE_B }; /* initiator, responder */
+/* completion user values */
+enum { USER_SEND = 1, USER_RECV_A, USER_RECV_B, USER_PUT, USER_GET, USER_FLUSH };
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 typedef struct perf_opts {
@@ -118,14 +164,38 @@ typedef struct perf_ep {
     uint64_t recvs[2]; /* receives completed, per role */
     uint64_t expect_tag[2];
     size_t expect_len[2];
+    uint64_t puts_posted, puts_done, gets_posted, gets_done, flushes_posted, flushes_done;
+    bool no_timeout; /* a one-sided responder: no completion until "done" */
     uint64_t last_event_ns;
     unsigned idle;
 } perf_ep_t;
+
+/* One-sided state of a worker, kept across runs. The responder's own
+ * window (registered), or the initiator's view of its partner's. Written
+ * by the main thread between runs, read by the worker during one. */
+typedef struct perf_rma {
+    unsigned char *win; /* responder: two slots of g_rma_slot bytes */
+    tw_mr_t *mr;
+    uint64_t raddr; /* initiator: the partner's window, its key */
+    size_t rkey_len;
+    unsigned char rkey[TW_RKEY_MAX];
+} perf_rma_t;
+
+/* What a responder's rank sends for pair i (tag TAG_KEYS | i): fixed size,
+ * so the receive checks its length exactly. */
+typedef struct perf_key_msg {
+    uint64_t addr;
+    uint64_t len;
+    uint32_t rkey_len;
+    uint32_t reserved;
+    unsigned char rkey[TW_RKEY_MAX];
+} perf_key_msg_t;
 
 typedef struct perf_worker {
     int id;
     pthread_t th;
     perf_ep_t ep;
+    perf_rma_t *rma; /* NULL without one-sided tests */
     bool role[2];
     unsigned char *sbuf[2][2]; /* [role][first/last iteration pattern] */
     unsigned char *rbuf[2];    /* [role] */
@@ -144,7 +214,9 @@ typedef struct perf_row {
 static perf_opts_t g_opts;
 static tw_context_t *g_ctx;
 static int g_rank, g_size, g_partner;
-static int g_nworkers; /* threads per process: --threads, twice that with --split */
+static int g_nworkers;    /* threads per process: --threads, twice that with --split */
+static perf_rma_t *g_rma; /* per worker, with one-sided tests */
+static size_t g_rma_slot; /* bytes per window slot: the largest one-sided SIZE */
 static atomic_bool g_abort;
 /* The start gate: a run's threads start together once all exist. */
 static pthread_mutex_t g_gate_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -157,6 +229,22 @@ static uint64_t now_ns(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static bool test_is_rma(perf_test_t t)
+{
+    return t == TEST_PUT_LAT || t == TEST_PUT_BW || t == TEST_GET_LAT || t == TEST_GET_BW;
+}
+
+static bool test_is_put(perf_test_t t)
+{
+    return t == TEST_PUT_LAT || t == TEST_PUT_BW;
+}
+
+/* One operation at a time (window 1) rather than windows of them. */
+static bool test_is_lat(perf_test_t t)
+{
+    return t == TEST_LAT || t == TEST_PUT_LAT || t == TEST_GET_LAT;
 }
 
 /* ---- payload patterns -------------------------------------------------- */
@@ -250,6 +338,20 @@ __attribute__((format(printf, 3, 4))) static tw_status_t ep_fail(perf_ep_t *ep, 
     return st;
 }
 
+/* The counter of one-sided operations of kind @p kind (USER_PUT, USER_GET,
+ * USER_FLUSH) posted, or completed. */
+static uint64_t *ep_rma_count(perf_ep_t *ep, int kind, bool done)
+{
+    switch (kind) {
+    case USER_PUT:
+        return done ? &ep->puts_done : &ep->puts_posted;
+    case USER_GET:
+        return done ? &ep->gets_done : &ep->gets_posted;
+    default:
+        return done ? &ep->flushes_done : &ep->flushes_posted;
+    }
+}
+
 static tw_status_t ep_complete(perf_ep_t *ep, const tw_completion_t *c)
 {
     uintptr_t kind = (uintptr_t)c->user;
@@ -278,6 +380,24 @@ static tw_status_t ep_complete(perf_ep_t *ep, const tw_completion_t *c)
                            g_partner);
         }
         ep->recvs[role]++;
+        return TW_OK;
+    }
+    if (kind == USER_PUT || kind == USER_GET || kind == USER_FLUSH) {
+        static const char *const names[] = {"put", "get", "flush"};
+        const char *name = names[kind - USER_PUT];
+        tw_op_t op = kind == USER_PUT ? TW_OP_PUT : kind == USER_GET ? TW_OP_GET : TW_OP_FLUSH;
+        size_t len = kind == USER_FLUSH ? 0 : ep->run->size;
+
+        if (c->status != TW_OK) {
+            return ep_fail(ep, c->status, "%s completed with %s", name, tw_strerror(c->status));
+        }
+        if (c->op != op || c->length != len || c->peer != g_partner) {
+            return ep_fail(ep, TW_ERR_PROTOCOL,
+                           "%s completed as op %d, %zu B, rank %d; expected op %d, %zu B, "
+                           "rank %d",
+                           name, (int)c->op, c->length, c->peer, (int)op, len, g_partner);
+        }
+        (*ep_rma_count(ep, kind, true))++;
         return TW_OK;
     }
     return ep_fail(ep, TW_ERR_PROTOCOL, "completion with unknown user value %p", c->user);
@@ -317,12 +437,15 @@ static tw_status_t ep_progress(perf_ep_t *ep)
         if (atomic_load_explicit(&g_abort, memory_order_relaxed)) {
             return TW_ERR_CANCELED;
         }
-        if ((double)(now_ns() - ep->last_event_ns) > g_opts.timeout_s * 1e9) {
+        if (!ep->no_timeout && (double)(now_ns() - ep->last_event_ns) > g_opts.timeout_s * 1e9) {
             return ep_fail(ep, TW_ERR_TIMEOUT,
                            "no completion for %g s (sends: %" PRIu64 " of %" PRIu64
-                           " done; received: %" PRIu64 " replies, %" PRIu64 " requests)",
+                           " done; received: %" PRIu64 " replies, %" PRIu64
+                           " requests; puts %" PRIu64 " of %" PRIu64 ", gets %" PRIu64
+                           " of %" PRIu64 ", flushes %" PRIu64 " of %" PRIu64 " done)",
                            g_opts.timeout_s, ep->sends_done, ep->sends_posted, ep->recvs[0],
-                           ep->recvs[1]);
+                           ep->recvs[1], ep->puts_done, ep->puts_posted, ep->gets_done,
+                           ep->gets_posted, ep->flushes_done, ep->flushes_posted);
         }
     }
     return TW_OK;
@@ -376,6 +499,42 @@ static tw_status_t ep_recv(perf_ep_t *ep, int role, void *buf, size_t len)
                            ep->expect_tag[role], len, tw_strerror(st));
         }
         st = ep_progress(ep);
+        if (st != TW_OK) {
+            return st;
+        }
+    }
+}
+
+/* Post a put (from @p buf) or a get (into @p buf) of the run's size at the
+ * partner's @p raddr, or a flush; retry while the CQ is full. */
+static tw_status_t ep_rma(perf_ep_t *ep, const perf_rma_t *rma, int kind, void *buf, uint64_t raddr)
+{
+    size_t len = ep->run->size;
+    void *user = (void *)(uintptr_t)kind;
+
+    ep->last_event_ns = now_ns();
+    for (;;) {
+        tw_status_t st;
+
+        if (kind == USER_PUT) {
+            st = tw_put(g_ctx, g_partner, buf, len, raddr, rma->rkey, ep->cq, user);
+        } else if (kind == USER_GET) {
+            st = tw_get(g_ctx, g_partner, buf, len, raddr, rma->rkey, ep->cq, user);
+        } else {
+            st = tw_flush(g_ctx, g_partner, ep->cq, user);
+        }
+        if (st == TW_OK) {
+            (*ep_rma_count(ep, kind, false))++;
+            return TW_OK;
+        }
+        if (st != TW_ERR_AGAIN) {
+            return ep_fail(ep, st, "%s(rank %d, 0x%" PRIx64 ", %zu B): %s",
+                           kind == USER_PUT   ? "tw_put"
+                           : kind == USER_GET ? "tw_get"
+                                              : "tw_flush",
+                           g_partner, raddr, kind == USER_FLUSH ? 0 : len, tw_strerror(st));
+        }
+        st = ep_progress(ep); /* CQ full: make room */
         if (st != TW_OK) {
             return st;
         }
@@ -527,6 +686,141 @@ static tw_status_t run_stream(perf_worker_t *w)
     return st;
 }
 
+/* The start of a one-sided run: B posts the receive of A's "done". */
+static tw_status_t rma_begin(perf_worker_t *w)
+{
+    static char none; /* 0-byte messages: never read or written */
+    perf_ep_t *ep = &w->ep;
+
+    ep->expect_tag[ROLE_B] = (uint64_t)w->id;
+    ep->expect_len[ROLE_B] = 0;
+    return w->role[ROLE_B] ? ep_recv(ep, ROLE_B, &none, 0) : TW_OK;
+}
+
+/* The end of a one-sided run: A, whose operations all completed, says
+ * "done"; B waits for it -- serving A's operations meanwhile -- and checks
+ * what A put into its window. */
+static tw_status_t rma_end(perf_worker_t *w)
+{
+    static char none;
+    perf_ep_t *ep = &w->ep;
+    const perf_run_t *r = ep->run;
+    tw_status_t st = TW_OK;
+
+    if (w->role[ROLE_A]) {
+        st = ep_send(ep, &none, 0, (uint64_t)w->id);
+    }
+    if (st == TW_OK && w->role[ROLE_B]) {
+        ep->no_timeout = true;
+        st = ep_wait(ep, &ep->recvs[ROLE_B], 1);
+        ep->no_timeout = false;
+        /* A run of one iteration puts the last pattern only. */
+        for (int which = r->warmup + r->iters > 1 ? 0 : 1;
+             st == TW_OK && test_is_put(r->test) && which < 2; which++) {
+            size_t bad = pattern_check(w->rma->win + (size_t)which * g_rma_slot, r->size,
+                                       pattern_seed(w->id, ROLE_A, which));
+            if (bad != r->size) {
+                st = ep_fail(ep, TW_ERR_PROTOCOL,
+                             "window slot %d: put payload mismatch at byte %zu of %zu", which, bad,
+                             r->size);
+            }
+        }
+    }
+    if (st == TW_OK) {
+        st = ep_wait(ep, &ep->sends_done, ep->sends_posted);
+    }
+    return st;
+}
+
+/* put_lat, get_lat: one operation at a time, each timed to its completion. */
+static tw_status_t run_rma_lat(perf_worker_t *w)
+{
+    perf_ep_t *ep = &w->ep;
+    const perf_run_t *r = ep->run;
+    bool put = test_is_put(r->test);
+    uint64_t total = r->warmup + r->iters;
+    tw_status_t st = rma_begin(w);
+
+    for (uint64_t k = 0; w->role[ROLE_A] && k < total && st == TW_OK; k++) {
+        int which = k + 1 == total;
+        uint64_t raddr = w->rma->raddr + (uint64_t)which * g_rma_slot, t0, t;
+
+        ep->iter = k;
+        t0 = now_ns();
+        if (put) {
+            st = ep_rma(ep, w->rma, USER_PUT, w->sbuf[ROLE_A][which], raddr);
+            if (st == TW_OK) {
+                st = ep_wait(ep, &ep->puts_done, k + 1);
+            }
+        } else {
+            st = ep_rma(ep, w->rma, USER_GET, w->rbuf[ROLE_A], raddr);
+            if (st == TW_OK) {
+                st = ep_wait(ep, &ep->gets_done, k + 1);
+            }
+        }
+        if (st != TW_OK) {
+            break;
+        }
+        t = now_ns() - t0;
+        if (k >= r->warmup) {
+            w->samples[k - r->warmup] = (double)t;
+            w->elapsed_ns += t;
+        }
+        if (!put && (k == 0 || k + 1 == total)) {
+            st = worker_verify(w, ROLE_A, which);
+        }
+    }
+    return st == TW_OK ? rma_end(w) : st;
+}
+
+/* put_bw, get_bw: windows of operations; a put window ends in a flush. */
+static tw_status_t run_rma_bw(perf_worker_t *w)
+{
+    perf_ep_t *ep = &w->ep;
+    const perf_run_t *r = ep->run;
+    bool put = test_is_put(r->test);
+    uint64_t total = r->warmup + r->iters, t_start = 0;
+    unsigned wnd = r->window;
+    tw_status_t st = rma_begin(w);
+
+    for (uint64_t k = 0; w->role[ROLE_A] && k < total && st == TW_OK; k++) {
+        int which = k + 1 == total;
+        uint64_t raddr = w->rma->raddr + (uint64_t)which * g_rma_slot, t0, t1;
+
+        ep->iter = k;
+        t0 = now_ns();
+        if (k == r->warmup) {
+            t_start = t0;
+        }
+        for (unsigned j = 0; j < wnd && st == TW_OK; j++) {
+            st = put ? ep_rma(ep, w->rma, USER_PUT, w->sbuf[ROLE_A][which], raddr)
+                     : ep_rma(ep, w->rma, USER_GET, w->rbuf[ROLE_A], raddr);
+        }
+        if (st == TW_OK && put) {
+            /* The flush completes once the window's puts did; their own
+             * completions may reach the CQ before or after it. */
+            if ((st = ep_rma(ep, w->rma, USER_FLUSH, NULL, 0)) == TW_OK &&
+                (st = ep_wait(ep, &ep->flushes_done, k + 1)) == TW_OK) {
+                st = ep_wait(ep, &ep->puts_done, (k + 1) * wnd);
+            }
+        } else if (st == TW_OK) {
+            st = ep_wait(ep, &ep->gets_done, (k + 1) * wnd);
+        }
+        if (st != TW_OK) {
+            break;
+        }
+        t1 = now_ns();
+        if (k >= r->warmup) {
+            w->samples[k - r->warmup] = (double)(t1 - t0) / wnd;
+            w->elapsed_ns = t1 - t_start;
+        }
+        if (!put && (k == 0 || k + 1 == total)) {
+            st = worker_verify(w, ROLE_A, which);
+        }
+    }
+    return st == TW_OK ? rma_end(w) : st;
+}
+
 static void *worker_main(void *arg)
 {
     perf_worker_t *w = arg;
@@ -539,7 +833,23 @@ static void *worker_main(void *arg)
     if (atomic_load_explicit(&g_abort, memory_order_relaxed)) {
         w->status = TW_ERR_CANCELED;
     } else {
-        w->status = w->ep.run->test == TEST_LAT ? run_lat(w) : run_stream(w);
+        switch (w->ep.run->test) {
+        case TEST_LAT:
+            w->status = run_lat(w);
+            break;
+        case TEST_BW:
+        case TEST_RATE:
+            w->status = run_stream(w);
+            break;
+        case TEST_PUT_LAT:
+        case TEST_GET_LAT:
+            w->status = run_rma_lat(w);
+            break;
+        case TEST_PUT_BW:
+        case TEST_GET_BW:
+            w->status = run_rma_bw(w);
+            break;
+        }
     }
     return NULL;
 }
@@ -561,7 +871,11 @@ static double median_of(double *v, size_t n)
 static perf_result_t worker_result(perf_worker_t *w, const perf_run_t *r)
 {
     perf_result_t res;
-    uint64_t msgs = r->test == TEST_LAT ? 2 * r->iters : r->iters * r->window;
+    /* lat: a message each way per iteration; put_lat, get_lat: one
+     * operation; the others: a window of them. */
+    uint64_t msgs = r->test == TEST_LAT    ? 2 * r->iters
+                    : test_is_lat(r->test) ? r->iters
+                                           : r->iters * r->window;
     double sum = 0, secs = (double)w->elapsed_ns * 1e-9;
 
     res.lat_min = res.lat_max = w->samples[0];
@@ -617,14 +931,14 @@ static void print_header(void)
                "lat_min_us,lat_max_us,bw_MBps,rate_Mmsgps\n");
         return;
     }
-    printf("%-5s %9s %7s %6s %9s %6s %10s %10s %10s %10s %11s %9s\n", "test", "size", "threads",
+    printf("%-7s %9s %7s %6s %9s %6s %10s %10s %10s %10s %11s %9s\n", "test", "size", "threads",
            "thread", "iters", "window", "median(us)", "avg(us)", "min(us)", "max(us)", "bw(MB/s)",
            "Mmsg/s");
 }
 
 static void print_row(const perf_run_t *r, const char *thread, const perf_result_t *res)
 {
-    unsigned wnd = r->test == TEST_LAT ? 1 : r->window;
+    unsigned wnd = test_is_lat(r->test) ? 1 : r->window;
 
     if (g_opts.csv) {
         printf("%s,%zu,%d,%s,%" PRIu64 ",%" PRIu64 ",%u,%.3f,%.3f,%.3f,%.3f,%.2f,%.4f\n",
@@ -632,7 +946,7 @@ static void print_row(const perf_run_t *r, const char *thread, const perf_result
                res->lat_med, res->lat_avg, res->lat_min, res->lat_max, res->mbps, res->mmps);
         return;
     }
-    printf("%-5s %9zu %7d %6s %9" PRIu64 " %6u %10.3f %10.3f %10.3f %10.3f %11.2f %9.4f\n",
+    printf("%-7s %9zu %7d %6s %9" PRIu64 " %6u %10.3f %10.3f %10.3f %10.3f %11.2f %9.4f\n",
            test_names[r->test], r->size, g_opts.threads, thread, r->iters, wnd, res->lat_med,
            res->lat_avg, res->lat_min, res->lat_max, res->mbps, res->mmps);
 }
@@ -720,7 +1034,11 @@ static int write_plot(const perf_row_t *rows, int nrows)
         bool logy;
     } axes[] = {[TEST_LAT] = {"half round trip (us)", 2, true},
                 [TEST_BW] = {"bandwidth (MB/s)", 5, true},
-                [TEST_RATE] = {"message rate (M msgs/s)", 6, false}};
+                [TEST_RATE] = {"message rate (M msgs/s)", 6, false},
+                [TEST_PUT_LAT] = {"put to completion (us)", 2, true},
+                [TEST_PUT_BW] = {"put bandwidth (MB/s)", 5, true},
+                [TEST_GET_LAT] = {"get to completion (us)", 2, true},
+                [TEST_GET_BW] = {"get bandwidth (MB/s)", 5, true}};
     char *dat = derived_name(g_opts.plot, ".dat"), *gp = derived_name(g_opts.plot, ".gp");
     int rc = EXIT_FAIL;
     FILE *f = NULL;
@@ -777,8 +1095,8 @@ static int write_plot(const perf_row_t *rows, int nrows)
                                 : "unset logscale y; set yrange [0:*]");
         gp_quote(f, dat);
         fprintf(f, " index %d using 1:%d with linespoints title '%s'", t, axes[test].col,
-                test == TEST_LAT ? "median" : "all threads");
-        if (test == TEST_LAT) {
+                test_is_lat(test) ? "median" : "all threads");
+        if (test_is_lat(test)) {
             fprintf(f, ", '' index %d using 1:3 with linespoints title 'average'", t);
         }
         fputc('\n', f);
@@ -847,6 +1165,12 @@ static tw_status_t rank_barrier(perf_ep_t *ep, uint64_t seq)
     return ep_wait(ep, &ep->sends_done, ep->sends_posted);
 }
 
+/* The size of a test without -s. */
+static size_t default_size(perf_test_t test)
+{
+    return test == TEST_BW || test == TEST_PUT_BW || test == TEST_GET_BW ? (size_t)1 << 20 : 8;
+}
+
 static uint64_t default_iters(perf_test_t test, size_t size, unsigned window)
 {
     uint64_t bytes = size > 64 ? size : 64, n;
@@ -854,7 +1178,7 @@ static uint64_t default_iters(perf_test_t test, size_t size, unsigned window)
     /* About 256 MiB ping-ponged or 512 MiB streamed, small messages capped
      * by count: a fraction of a second per size on a node, about a second
      * where threads outnumber the cores and waits sleep (70 us round trips). */
-    if (test == TEST_LAT) {
+    if (test_is_lat(test)) {
         n = (UINT64_C(256) << 20) / bytes;
         return n < 20 ? 20 : n > 10000 ? 10000 : n;
     }
@@ -883,6 +1207,158 @@ static void worker_free(perf_worker_t *w)
     free(w->samples);
 }
 
+/* The roles of worker @p j (0 .. g_nworkers - 1). */
+static void worker_roles(int j, bool role[2])
+{
+    role[ROLE_A] = role[ROLE_B] = false;
+    if (g_size == 2) {
+        role[g_rank == 0 ? ROLE_A : ROLE_B] = true;
+    } else if (g_opts.split) {
+        role[j < g_opts.threads ? ROLE_A : ROLE_B] = true;
+    } else {
+        role[ROLE_A] = role[ROLE_B] = true;
+    }
+}
+
+/* ---- one-sided windows --------------------------------------------------- */
+
+/* Allocate the responders' windows (two slots of the largest one-sided
+ * size each). Thread: main, before the first run.
+ * @return EXIT_OK or EXIT_FAIL (said why). */
+static int rma_setup(void)
+{
+    size_t slot = 0;
+    bool any = false;
+
+    for (int t = 0; t < g_opts.ntests; t++) {
+        if (test_is_rma(g_opts.tests[t])) {
+            size_t hi = g_opts.size_set ? g_opts.size_max : default_size(g_opts.tests[t]);
+            slot = hi > slot ? hi : slot;
+            any = true;
+        }
+    }
+    if (!any) {
+        return EXIT_OK;
+    }
+    g_rma_slot = (slot + 63) & ~(size_t)63;
+    g_rma_slot = g_rma_slot > 0 ? g_rma_slot : 64; /* a 0-byte run still needs a region */
+    if ((g_rma = calloc((size_t)g_nworkers, sizeof(*g_rma))) == NULL) {
+        fprintf(stderr, "tw_perf: out of memory\n");
+        return EXIT_FAIL;
+    }
+    for (int j = 0; j < g_nworkers; j++) {
+        bool role[2];
+
+        worker_roles(j, role);
+        if (role[ROLE_B] && (g_rma[j].win = alloc_buf(2 * g_rma_slot)) == NULL) {
+            fprintf(stderr, "tw_perf: out of memory for a %zu B window\n", 2 * g_rma_slot);
+            return EXIT_FAIL;
+        }
+    }
+    return EXIT_OK;
+}
+
+/* Deregister the windows: between runs, before tw_finalize once no peer
+ * uses them, or after it (which released them) to free the handles. */
+static void rma_deregister(void)
+{
+    for (int j = 0; g_rma != NULL && j < g_nworkers; j++) {
+        tw_status_t st;
+
+        if (g_rma[j].mr != NULL && (st = tw_mem_deregister(g_rma[j].mr)) != TW_OK) {
+            fprintf(stderr, "tw_perf: rank %d: tw_mem_deregister: %s\n", g_rank, tw_strerror(st));
+        }
+        g_rma[j].mr = NULL;
+    }
+}
+
+/* Before one-sided run @p r (and its barrier): each responder window is
+ * cleared (put) or filled with the responder's patterns (get), then
+ * registered -- afresh, after the writes: taking the registry's lock is
+ * what orders them before the library's threads serve the operations
+ * (every other path runs through the partner process, where a race
+ * detector cannot follow) -- and each pair's initiator gets the packed key
+ * and the address, over the barrier endpoint @p bar, tagged TAG_KEYS | i.
+ * Thread: main, between runs. @return EXIT_OK or EXIT_FAIL (said why). */
+static int rma_prepare(perf_ep_t *bar, const perf_run_t *r)
+{
+    if (!test_is_rma(r->test)) {
+        return EXIT_OK;
+    }
+    rma_deregister();
+    for (int j = 0; j < g_nworkers; j++) {
+        perf_rma_t *m = &g_rma[j];
+        tw_status_t st;
+
+        if (m->win == NULL) {
+            continue; /* an initiator: nobody addresses its memory */
+        }
+        for (int which = 0; which < 2; which++) {
+            unsigned char *p = m->win + (size_t)which * g_rma_slot;
+            if (test_is_put(r->test)) {
+                memset(p, 0, r->size);
+            } else {
+                pattern_fill(p, r->size, pattern_seed(j % g_opts.threads, ROLE_B, which));
+            }
+        }
+        if ((st = tw_mem_register(g_ctx, m->win, 2 * g_rma_slot, &m->mr)) != TW_OK) {
+            fprintf(stderr, "tw_perf: rank %d: tw_mem_register(%zu B): %s\n", g_rank,
+                    2 * g_rma_slot, tw_strerror(st));
+            return EXIT_FAIL;
+        }
+        m->rkey_len = sizeof(m->rkey);
+        if ((st = tw_mr_pack(m->mr, m->rkey, &m->rkey_len)) != TW_OK) {
+            fprintf(stderr, "tw_perf: rank %d: tw_mr_pack: %s (%zu B)\n", g_rank, tw_strerror(st),
+                    m->rkey_len);
+            return EXIT_FAIL;
+        }
+    }
+    /* Pair i: worker i initiates; its responder is worker i of rank 1, or
+     * of this rank (--split: worker T + i). */
+    for (int i = 0; i < g_opts.threads; i++) {
+        int resp = g_size == 1 && g_opts.split ? g_opts.threads + i : i;
+        bool sender = g_size == 1 || g_rank == 1, receiver = g_size == 1 || g_rank == 0;
+        perf_key_msg_t out = {0}, in = {0};
+        uint64_t want = bar->recvs[ROLE_B] + 1;
+        tw_status_t st = TW_OK;
+
+        bar->expect_tag[ROLE_B] = TAG_KEYS | (uint64_t)i;
+        bar->expect_len[ROLE_B] = sizeof(in);
+        if (receiver) {
+            st = ep_recv(bar, ROLE_B, &in, sizeof(in));
+        }
+        if (st == TW_OK && sender) {
+            out.addr = (uint64_t)(uintptr_t)g_rma[resp].win;
+            out.len = 2 * g_rma_slot;
+            out.rkey_len = (uint32_t)g_rma[resp].rkey_len;
+            memcpy(out.rkey, g_rma[resp].rkey, g_rma[resp].rkey_len);
+            st = ep_send(bar, &out, sizeof(out), TAG_KEYS | (uint64_t)i);
+        }
+        if (st == TW_OK && receiver) {
+            st = ep_wait(bar, &bar->recvs[ROLE_B], want);
+        }
+        if (st == TW_OK) {
+            st = ep_wait(bar, &bar->sends_done, bar->sends_posted);
+        }
+        if (st != TW_OK) {
+            return EXIT_FAIL;
+        }
+        if (receiver) {
+            if (in.rkey_len == 0 || in.rkey_len > TW_RKEY_MAX || in.len < 2 * g_rma_slot) {
+                fprintf(stderr,
+                        "tw_perf: rank %d: pair %d: bad window key (%" PRIu32 " B key, %" PRIu64
+                        " B window)\n",
+                        g_rank, i, in.rkey_len, in.len);
+                return EXIT_FAIL;
+            }
+            g_rma[i].raddr = in.addr;
+            g_rma[i].rkey_len = in.rkey_len;
+            memcpy(g_rma[i].rkey, in.rkey, in.rkey_len);
+        }
+    }
+    return EXIT_OK;
+}
+
 /* One test at one size on every thread. @p res_p receives the aggregate. */
 static int run_one(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res_p)
 {
@@ -900,19 +1376,21 @@ static int run_one(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res_p)
 
         memset(w, 0, sizeof(*w));
         w->id = i;
-        if (g_size == 2) {
-            w->role[g_rank == 0 ? ROLE_A : ROLE_B] = true;
-        } else if (g_opts.split) {
-            w->role[j < g_opts.threads ? ROLE_A : ROLE_B] = true;
-        } else {
-            w->role[ROLE_A] = w->role[ROLE_B] = true;
-        }
+        worker_roles(j, w->role);
+        w->rma = g_rma != NULL ? &g_rma[j] : NULL;
         w->ep = (perf_ep_t){.cq = cq, .thread = i, .responder = !w->role[ROLE_A], .run = r};
         w->samples = calloc(r->iters, sizeof(double));
         for (int role = 0; role < 2; role++) {
-            /* bw/rate: the replies are 0-byte acks, nothing to allocate */
-            bool sends = w->role[role] && (role == ROLE_A || r->test == TEST_LAT);
-            bool recvs = w->role[role] && (role == ROLE_B || r->test == TEST_LAT);
+            /* bw/rate: the replies are 0-byte acks, nothing to allocate;
+             * one-sided: A puts from sbuf or gets into rbuf, B has its window */
+            bool sends, recvs;
+            if (test_is_rma(r->test)) {
+                sends = role == ROLE_A && w->role[role] && test_is_put(r->test);
+                recvs = role == ROLE_A && w->role[role] && !test_is_put(r->test);
+            } else {
+                sends = w->role[role] && (role == ROLE_A || r->test == TEST_LAT);
+                recvs = w->role[role] && (role == ROLE_B || r->test == TEST_LAT);
+            }
             for (int which = 0; sends && which < 2; which++) {
                 w->sbuf[role][which] = alloc_buf(r->size);
                 if (w->sbuf[role][which] != NULL) {
@@ -1019,21 +1497,33 @@ static void usage(FILE *out)
         "each thread has its own completion queue.\n"
         "\n"
         "Tests:\n"
-        "  -x, --test LIST        lat, bw, rate, or a comma-separated list of them (default lat)\n"
+        "  -x, --test LIST        one test or a comma-separated list of them (default lat):\n"
         "                           lat   ping-pong; half the round trip: median, average,\n"
         "                                 min, max of the per-iteration samples\n"
         "                           bw    streaming: a window of sends per iteration, the\n"
         "                                 receiver acks each window with a 0-byte message\n"
         "                           rate  as bw, for the message rate (M msgs/s)\n"
+        "                         one-sided, into / out of a window the responder registered:\n"
+        "                           put_lat  one tw_put at a time, timed to its completion:\n"
+        "                                    the bytes are in place at the target then, so\n"
+        "                                    this is a round trip, reported whole (UCX's\n"
+        "                                    ucp_put_lat reports half of a put ping-pong)\n"
+        "                           put_bw   a window of puts and one tw_flush per iteration\n"
+        "                           get_lat  one tw_get at a time, timed to its completion\n"
+        "                           get_bw   a window of gets per iteration\n"
+        "                         The responder only waits for a final message (its progress\n"
+        "                         thread, or in manual mode its wait, serves the operations).\n"
         "Sizes and counts:\n"
         "  -s, --size SIZE|MIN:MAX message size in bytes, or a sweep doubling from MIN to MAX\n"
         "                         (MAX included); suffixes k, m, g = 2^10, 2^20, 2^30\n"
-        "                         (default 8 for lat and rate, 1m for bw)\n"
+        "                         (default 8 for the latency tests and rate, 1m for the\n"
+        "                         bandwidth tests)\n"
         "  -n, --iters N          measured iterations per size (default: by test and size,\n"
-        "                         lat 10000 for small messages down to 20, bw and rate\n"
-        "                         5000 windows down to 10: about a second per size or less)\n"
+        "                         latency 10000 for small messages down to 20, others 5000\n"
+        "                         windows down to 10: about a second per size or less)\n"
         "  -W, --warmup N         unmeasured iterations first (default iters/10, 1..1000)\n"
-        "  -w, --window W         sends in flight per bw/rate iteration (default 32)\n"
+        "  -w, --window W         sends, puts or gets in flight per bw, rate, put_bw or\n"
+        "                         get_bw iteration (default 32)\n"
         "  -t, --threads T        threads per process, 1..%d (default 1)\n"
         "      --split            in a job of one, run each pair as two threads, initiator\n"
         "                         and responder, as two processes would (default: one\n"
@@ -1058,11 +1548,13 @@ static void usage(FILE *out)
         "\n"
         "Each size gives one row per thread (with -t > 1) and a row 'all': bandwidth and rate\n"
         "summed over threads, latency median = the median of the thread medians. Columns:\n"
-        "test, size (B), threads, thread, iterations (measured), window (1 for lat), latency\n"
-        "median/avg/min/max in us (lat: half round trip; bw, rate: window time / window),\n"
-        "bandwidth in MB/s (10^6 B/s), rate in M msgs/s. The CSV also has the warm-up count.\n"
-        "Payloads are checked on the first and the last iteration of each size, and every\n"
-        "completion for status, length, tag and source.\n"
+        "test, size (B), threads, thread, iterations (measured), window (1 for the latency\n"
+        "tests), latency median/avg/min/max in us (lat: half round trip; put_lat, get_lat:\n"
+        "one operation to its completion; the others: window time / window), bandwidth in\n"
+        "MB/s (10^6 B/s), rate in M msgs (or operations)/s. The CSV also has the warm-up\n"
+        "count. Payloads are checked on the first and the last iteration of each size (puts\n"
+        "by the target, in its window after the run), and every completion for status,\n"
+        "length, tag and source (one-sided: status, op, length and target).\n"
         "\n"
         "Exit status: 0 success; 1 an API error, a timeout, a lost or corrupted message, or a\n"
         "job of more than 2 processes; 2 a usage error.\n",
@@ -1159,7 +1651,9 @@ static int parse_tests(const char *arg)
             }
         }
         if (k < 0) {
-            return usage_error("-x: unknown test '%s' (lat, bw or rate)", t);
+            return usage_error("-x: unknown test '%s' (lat, bw, rate, put_lat, put_bw, get_lat "
+                               "or get_bw)",
+                               t);
         }
         bool dup = false;
         for (int i = 0; i < g_opts.ntests; i++) {
@@ -1408,6 +1902,9 @@ int main(int argc, char **argv)
     if (g_rank == 0 && g_opts.plot != NULL && plot_probe() != EXIT_OK) {
         goto out_finalize;
     }
+    if (rma_setup() != EXIT_OK) {
+        goto out_finalize;
+    }
     if (g_rank == 0 && !g_opts.csv) {
         const char *pairs = g_size > 1     ? "rank 0 <-> rank 1"
                             : g_opts.split ? "initiator thread <-> responder thread"
@@ -1435,7 +1932,7 @@ int main(int argc, char **argv)
     }
     for (int t = 0; t < g_opts.ntests; t++) {
         perf_test_t test = g_opts.tests[t];
-        size_t lo = g_opts.size_set ? g_opts.size_min : test == TEST_BW ? (size_t)1 << 20 : 8;
+        size_t lo = g_opts.size_set ? g_opts.size_min : default_size(test);
         size_t hi = g_opts.size_set ? g_opts.size_max : lo;
 
         for (size_t size = lo;; size = size * 2 > hi ? hi : size * 2) {
@@ -1448,6 +1945,9 @@ int main(int argc, char **argv)
                                              : r.iters / 10;
             if (!g_opts.warmup_set && r.warmup == 0) {
                 r.warmup = 1;
+            }
+            if (rma_prepare(&bar, &r) != EXIT_OK) {
+                goto out_finalize;
             }
             if ((st = rank_barrier(&bar, seq++)) != TW_OK) {
                 goto out_finalize;
@@ -1475,6 +1975,7 @@ int main(int argc, char **argv)
     if ((st = rank_barrier(&bar, seq++)) != TW_OK) {
         goto out_finalize;
     }
+    rma_deregister();
     rc = EXIT_OK;
     if (g_opts.stats) {
         /* One write per rank, so the ranks' reports do not interleave. */
@@ -1495,10 +1996,15 @@ out_finalize:
         fprintf(stderr, "tw_perf: tw_finalize: %s\n", tw_strerror(st));
         rc = EXIT_FAIL;
     }
+    rma_deregister(); /* after a failure: the handles tw_finalize left */
     cq_close(bar.cq);
     for (int i = 0; ws != NULL && i < g_nworkers; i++) {
         cq_close(ws[i].ep.cq);
     }
+    for (int j = 0; g_rma != NULL && j < g_nworkers; j++) {
+        free(g_rma[j].win);
+    }
+    free(g_rma);
     if (rc == EXIT_OK && g_rank == 0 && g_opts.plot != NULL) {
         rc = write_plot(rows, nrows);
     }

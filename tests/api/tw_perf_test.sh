@@ -3,10 +3,13 @@
 # Copyright (c) 2026 The threadwire authors
 # tw_perf in a job of one: lat, bw and rate with 1 and 2 threads, both
 # pairings, manual progress and each wait mode, a CSV sweep (row count and
-# numeric fields), --plot with or without gnuplot, usage errors (exit 2).
+# numeric fields), --plot with or without gnuplot, usage errors (exit 2);
+# the one-sided tests (put_lat, put_bw, get_lat, get_bw) over self, both
+# pairings, manual progress, eager and rendezvous sizes.
 # With twrun given, a job of 2 either measures or fails with the clear
 # "operation not supported" message of a build without an inter-process
-# transport; and again over TCP with --stats.
+# transport; and again over TCP with --stats; the one-sided tests over shm
+# and tcp, with progress threads and in manual mode.
 #   tw_perf_test.sh TW_PERF [TWRUN]
 set -euo pipefail
 perf=$1
@@ -14,6 +17,8 @@ twrun=${2:-}
 scale=${TWTEST_SCALE:-1}
 n=$((2000 / scale)) # small-message iterations
 nb=$((200 / scale)) # bw iterations (16 KiB x 32 per iteration)
+nr=$((50 / scale + 1)) # one-sided iterations per size
+rma=put_lat,put_bw,get_lat,get_bw
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -62,6 +67,36 @@ for m in spin block adaptive; do
   check_all_row rate
 done
 
+# One-sided over self: a sweep (every size checked at both ends of the
+# run, in the windows' two slots), both pairings with 2 threads, manual
+# progress, spin; 64 KiB and 1 MiB take the rendezvous paths.
+# Each one-sided test has SIZES 'all' rows, each with a positive median
+# and bandwidth (a slow build may round a 1 MiB rate to 0.0000 M/s).
+check_rma_rows() { # SIZES
+  local t
+  for t in ${rma//,/ }; do
+    [ "$(awk -v t="$t" '$1 == t && $4 == "all" && $7 > 0 && $11 > 0' <<<"$out" | wc -l)" -eq "$1" ] ||
+      { echo "$out"; fail "want $1 sane '$t ... all' rows"; }
+  done
+}
+run -x "$rma" -s 8:4k -n "$nr" -w 8
+check_rma_rows 10
+run -x "$rma" --split -t 2 -s 1k -n "$nr"
+check_rma_rows 1
+run -x "$rma" -p 0 -t 2 -s 64k -n "$nr"
+check_rma_rows 1
+run -x "$rma" -p 0 -m spin --split -s 1m -n 4 -w 4
+check_rma_rows 1
+run -x "$rma" -n 1 -W 0 -s 100 -w 1 # one iteration: the last one's slot only
+check_rma_rows 1
+# CSV: 4 tests x 7 sizes x (2 threads + 'all') rows; nothing on stderr
+# (no library warning either, e.g. about a region left registered).
+"$perf" -x "$rma" -s 1k:64k -t 2 -n "$nr" -w 8 --csv >"$tmp/rma.csv" 2>"$tmp/rma.err" ||
+  { cat "$tmp/rma.err"; fail "one-sided --csv sweep failed"; }
+[ ! -s "$tmp/rma.err" ] || { cat "$tmp/rma.err"; fail "one-sided --csv sweep wrote to stderr"; }
+[ "$(awk -F, 'NF == 13 && $1 ~ /^(put|get)_(lat|bw)$/' "$tmp/rma.csv" | wc -l)" -eq 84 ] ||
+  { cat "$tmp/rma.csv"; fail "one-sided --csv: want 84 rows"; }
+
 # CSV sweep: header + 5 sizes x 2 tests x (2 threads + 'all') rows, 13
 # fields each, every field but test and thread numeric.
 "$perf" -x lat,bw -s 1k:16k -t 2 -n "$nb" -w 8 --csv >"$tmp/sweep.csv" 2>"$tmp/sweep.err" ||
@@ -102,7 +137,7 @@ for bad in "--bogus" "-x nope" "-s 0:4k" "-s 4q" "-t 0" "-m fast" "-n" "-w 0" "s
 done
 run --help
 for o in --test --size --iters --warmup --window --threads --split --transports \
-  --progress-threads --wait-mode --csv --stats --plot --timeout --help; do
+  --progress-threads --wait-mode --csv --stats --plot --timeout --help ${rma//,/ }; do
   grep -q -- "$o" <<<"$out" || fail "--help does not document $o"
 done
 
@@ -118,5 +153,21 @@ if [ -n "$twrun" ]; then
   check_all_row lat
   [ "$(grep -c -E 'tl:tcp: tx_msgs=[1-9]' <<<"$out")" = 2 ] ||
     { echo "$out"; fail "--stats: want both ranks' tcp counters with traffic"; }
+  # One-sided between two processes: shm and tcp, progress threads and
+  # manual progress (where the responder's wait serves the operations).
+  for tl in shm tcp; do
+    for p in -1 0; do
+      out=$(TW_TRANSPORTS=$tl "$twrun" -n 2 "$perf" -x "$rma" -t 2 -s 8:64k -n "$nr" -w 8 \
+        -p "$p" --stats 2>&1) ||
+        { echo "$out"; fail "TW_TRANSPORTS=$tl twrun -n 2 tw_perf -x $rma -p $p failed"; }
+      check_rma_rows 14
+      # rank 0 posted the operations, rank 1 served them (emulated)
+      if ! grep -qE '^  rma: puts=[1-9][0-9]* .* gets=[1-9][0-9]* .* flushes=[1-9]' <<<"$out" ||
+        ! grep -qE '^  rma: .* served=[1-9]' <<<"$out"; then
+        echo "$out"
+        fail "TW_TRANSPORTS=$tl -p $p: --stats shows no one-sided traffic"
+      fi
+    done
+  done
 fi
 echo "tw_perf: ok"
