@@ -253,6 +253,8 @@ TW_API int tw_cq_fd(tw_cq_t *cq);
  *     cq of another context, finalized context;
  *   TW_ERR_UNREACHABLE: no transport reaches @p dst;
  *   TW_ERR_PEER_FAILED: @p dst died (or left) -- see tw_set_error_handler;
+ *   TW_ERR_TRANSPORT: the local device or port of the route to @p dst went
+ *     down (the peer is then failed, unless reliability fails over);
  *   TW_ERR_NOMEM.
  * Thread: any.
  */
