@@ -19,6 +19,11 @@
  *          is intact and arrived once, each rank's error handler runs once
  *          (rank 1 learns it from rank 0's DOWN message), and later sends
  *          are refused with TW_ERR_PEER_FAILED. Reliability off.
+ *   devlost  as qperr, but rank 0 loses its whole device's CQ (the test
+ *          hook of IBV_EVENT_CQ_ERR / DEVICE_FATAL): no completion comes
+ *          from that CQ any more, so every work request still posted must
+ *          be completed by the transport itself; rank 1 learns it from its
+ *          own errors or liveness (TW_VERBS_TIMEOUT, no DOWN is sent).
  *   uddrop every other connection message is dropped (a lossy UD fabric):
  *          retransmission still connects, and messages both ways arrive.
  *   udblack every connection message is dropped, TW_VERBS_TIMEOUT=1s: the
@@ -230,7 +235,7 @@ static void rma(tw_context_t *ctx, tw_cq_t *cq)
 
 /* Rank 0: stream, break the QP, count. A buffer is reused only once its
  * send completed (eager sends complete at once, rendezvous ones later). */
-static void breaker(tw_context_t *ctx, tw_cq_t *cq)
+static void breaker(tw_context_t *ctx, tw_cq_t *cq, bool lost)
 {
     static unsigned char bufs[WINDOW][LEN];
     bool busy[WINDOW] = {false};
@@ -253,7 +258,9 @@ static void breaker(tw_context_t *ctx, tw_cq_t *cq)
             break;
         }
         if (i == INJECT_AT) {
-            TWT_EQ(tw_verbs_force_qp_error(verbs_iface(ctx), 1), TW_OK);
+            TWT_EQ(lost ? tw_verbs_test_dev_lost(verbs_iface(ctx), TW_VERBS_LOST_CQ)
+                        : tw_verbs_force_qp_error(verbs_iface(ctx), 1),
+                   TW_OK);
         }
         size_t len = i % 3 == 0 ? 100 : LEN;
         twt_fill(bufs[slot], len, i);
@@ -277,7 +284,10 @@ static void breaker(tw_context_t *ctx, tw_cq_t *cq)
     }
     TWT_EQ(atomic_load(&handler_calls), 1);
     TWT_EQ(tw_send(ctx, 1, 0, bufs[0], 8, cq, NULL), TW_ERR_PEER_FAILED);
-    printf("rank 0: QP forced to error after %d sends: %u ok, %u failed\n", INJECT_AT, ok, failed);
+    printf("rank 0: %s after %d sends: %u ok, %u failed (%lu posted work requests completed by "
+           "the transport)\n",
+           lost ? "device lost" : "QP forced to error", INJECT_AT, ok, failed,
+           tw_verbs_test_lost_ops());
 }
 
 /* Rank 1: receive in order until rank 0 is gone. */
@@ -435,8 +445,10 @@ int main(int argc, char **argv)
     tw_cq_t *cq;
 
     if (strcmp(mode, "rma") != 0 && strcmp(mode, "qperr") != 0 && strcmp(mode, "failover") != 0 &&
-        strcmp(mode, "uddrop") != 0 && strcmp(mode, "udblack") != 0) {
-        fprintf(stderr, "usage: twrun -n 2 %s rma|qperr|failover|uddrop|udblack\n", argv[0]);
+        strcmp(mode, "uddrop") != 0 && strcmp(mode, "udblack") != 0 &&
+        strcmp(mode, "devlost") != 0) {
+        fprintf(stderr, "usage: twrun -n 2 %s rma|qperr|devlost|failover|uddrop|udblack\n",
+                argv[0]);
         return 2;
     }
     const tw_tl_ops_t *ops = tw_tl_find("verbs");
@@ -460,7 +472,7 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "uddrop") == 0 || strcmp(mode, "udblack") == 0) {
         udloss(ctx, cq, strcmp(mode, "udblack") == 0);
     } else if (tw_rank(ctx) == 0) {
-        breaker(ctx, cq);
+        breaker(ctx, cq, strcmp(mode, "devlost") == 0);
     } else {
         victim(ctx, cq);
     }

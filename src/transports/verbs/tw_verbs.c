@@ -130,6 +130,14 @@
  * restores what depended on a device or a QP, handed over with
  * tw_verbs_dev_report();
  * tw_verbs_force_qp_error() is the test hook that moves a QP to error.
+ * Device-wide faults (DEVICE_FATAL, CQ_ERR, SRQ_ERR) come through a flag
+ * the engine reads on every pass (tw_verbs_dev_lost), which a full
+ * submission lane cannot lose. When the CQ is gone (CQ_ERR, DEVICE_FATAL)
+ * nothing flushes: every work request still posted -- each endpoint keeps
+ * the list -- completes by hand, as a flush would have, and the CQ is not
+ * polled again. The CQ is sized for every completion the device can owe
+ * at once (receives, UD, each peer's send credits); where the device's
+ * max_cqe is smaller, the per-peer send credits shrink to fit.
  *
  * Fail-back. A port that goes down (IBV_EVENT_PORT_ERR, or a work request
  * failing while ibv_query_port says it is down) takes its device's peers
@@ -270,7 +278,8 @@ typedef struct tw_verbs_iface tw_verbs_iface_t;
  * the AM header (and an eager payload) in bytes[]. */
 typedef struct tw_verbs_op {
     struct tw_verbs_op *next;
-    struct tw_verbs_op *batch; /* frames coalesced into this one's send */
+    struct tw_verbs_op *batch;         /* frames coalesced into this one's send */
+    struct tw_verbs_op *pprev, *pnext; /* its endpoint's posted list */
     size_t alloc_len;
     uint8_t kind;
     uint8_t am_id;
@@ -348,6 +357,7 @@ typedef struct tw_verbs_ep {
     tw_verbs_credits_t sq;
     tw_verbs_op_t *head, *tail; /* waiting to be posted */
     tw_verbs_op_t *flushes;     /* FLUSH ops waiting for sq.done >= target */
+    tw_verbs_op_t *posted;      /* in the send queue, not completed yet */
     uint64_t deadline_ns, next_tx_ns, rtx_ns;
     uint64_t fail_ns; /* when it failed for now */
     /* Generations (Fail-back, in the essay): ours for this peer (>= 1,
@@ -379,6 +389,11 @@ struct tw_verbs_dev {
     uint64_t port_check_ns;      /* TW_VERBS_PORT_WAIT: next look at the port */
     unsigned nresets;            /* peers failed for now, not reset yet */
     bool fatal;                  /* the device failed: nothing comes back */
+    bool cq_lost;                /* ... nor from its CQ: never polled again */
+    /* A device-wide fault from the async event thread (TW_VERBS_LOST_*),
+     * looked at on every pass: it cannot be lost to a full lane. */
+    atomic_int lost_kind;
+    _Atomic(const char *) lost_what;
     enum ibv_mtu mtu;
     uint16_t lid;
     uint8_t link;
@@ -451,6 +466,7 @@ static void tw_verbs_read_done(tw_verbs_dev_t *dev, struct tw_tl_rndv *h, tw_sta
 static void tw_verbs_op_abort(tw_verbs_dev_t *dev, struct tw_verbs_op *op, tw_status_t st);
 static void tw_verbs_srq_low(tw_verbs_dev_t *dev);
 static void tw_verbs_srq_arm(tw_verbs_dev_t *dev);
+static void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc);
 
 static tw_verbs_dev_t *tw_verbs_dev_of(tw_verbs_iface_t *vb, int peer)
 {
@@ -1378,6 +1394,12 @@ static bool tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
         tw_verbs_op_abort(dev, op, dev->vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED);
         return true;
     }
+    op->pprev = NULL;
+    op->pnext = ep->posted;
+    if (ep->posted != NULL) {
+        ep->posted->pprev = op;
+    }
+    ep->posted = op;
     return true;
 }
 
@@ -1998,7 +2020,43 @@ static void tw_verbs_reset_check(tw_verbs_dev_t *dev)
 /* Device-wide faults (device, SRQ or CQ fatal): every peer on the device
  * fails for good. Thread: the device's engine (the event thread hands it
  * over with a command). */
-void tw_verbs_dev_fatal(tw_verbs_dev_t *dev, const char *what)
+static atomic_ulong tw_verbs_lost_ops;
+
+unsigned long tw_verbs_test_lost_ops(void)
+{
+    return atomic_load_explicit(&tw_verbs_lost_ops, memory_order_relaxed);
+}
+
+/* The CQ is gone (CQ_ERR, DEVICE_FATAL): no completion comes for what is
+ * in the send queues, so each posted work request completes here, as a
+ * flush would have -- exactly once, as every other path. Thread: engine. */
+static void tw_verbs_dev_cq_lost(tw_verbs_dev_t *dev)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+    unsigned long n = 0;
+
+    dev->cq_lost = true;
+    for (int p = 0; p < vb->super.size; p++) {
+        tw_verbs_ep_t *ep = &vb->eps[p];
+        if (ep->dev != dev) {
+            continue;
+        }
+        while (ep->posted != NULL) {
+            struct ibv_wc wc = {.wr_id = (uint64_t)(uintptr_t)ep->posted,
+                                .status = IBV_WC_WR_FLUSH_ERR,
+                                .qp_num = ep->qp != NULL ? ep->qp->qp_num : 0};
+            tw_verbs_wc(dev, &wc); /* takes it off the list */
+            n++;
+        }
+    }
+    atomic_fetch_add_explicit(&tw_verbs_lost_ops, n, memory_order_relaxed);
+    if (n > 0) {
+        tw_warn("verbs", "%s: completed %lu posted work request(s) that its lost CQ never will",
+                dev->name, n);
+    }
+}
+
+void tw_verbs_dev_fatal(tw_verbs_dev_t *dev, const char *what, bool cq_lost)
 {
     tw_verbs_iface_t *vb = dev->vb;
 
@@ -2011,7 +2069,35 @@ void tw_verbs_dev_fatal(tw_verbs_dev_t *dev, const char *what)
     }
     atomic_store_explicit(&dev->port_state, TW_VERBS_PORT_DOWN, memory_order_release);
     dev->fatal = true;
+    if (cq_lost && !dev->cq_lost) {
+        tw_verbs_dev_cq_lost(dev);
+    }
     tw_verbs_timer_update(dev);
+}
+
+/* A device-wide fault the async thread flagged. Thread: engine. */
+static void tw_verbs_lost_check(tw_verbs_dev_t *dev)
+{
+    int kind = atomic_load_explicit(&dev->lost_kind, memory_order_acquire);
+
+    if (TW_LIKELY(kind == 0) || (dev->fatal && (kind < TW_VERBS_LOST_CQ || dev->cq_lost))) {
+        return;
+    }
+    tw_verbs_dev_fatal(dev, atomic_load_explicit(&dev->lost_what, memory_order_acquire),
+                       kind >= TW_VERBS_LOST_CQ);
+    tw_verbs_reset_check(dev);
+}
+
+void tw_verbs_dev_lost(tw_verbs_dev_t *dev, int kind, const char *what)
+{
+    int old = atomic_load_explicit(&dev->lost_kind, memory_order_relaxed);
+
+    atomic_store_explicit(&dev->lost_what, what, memory_order_relaxed);
+    while (old < kind &&
+           !atomic_compare_exchange_weak_explicit(&dev->lost_kind, &old, kind, memory_order_release,
+                                                  memory_order_relaxed)) {
+    }
+    tw_pe_wake(dev->pe);
 }
 
 /* The port went down (PORT_ERR): every peer on the device is down for now;
@@ -2217,7 +2303,7 @@ static void tw_verbs_event_cmd(void *arg, void *data, uint64_t u64)
     const char *what = data;
 
     if (u64 == UINT64_MAX) {
-        tw_verbs_dev_fatal(dev, what);
+        tw_verbs_dev_fatal(dev, what, false);
     } else if (u64 == UINT64_MAX - 1) {
         tw_verbs_srq_low(dev);
     } else if (u64 == UINT64_MAX - 2) {
@@ -2295,14 +2381,17 @@ static void tw_verbs_async_event(void *arg, const struct ibv_async_event *ev)
         what_qp = TW_VERBS_REPORT_PORT_UP;
         break;
     case TW_VA_DEVICE_FATAL:
-        what = "the device failed (IBV_EVENT_DEVICE_FATAL)";
-        break;
     case TW_VA_SRQ_FATAL:
-        what = "the device's SRQ failed (IBV_EVENT_SRQ_ERR)";
-        break;
     case TW_VA_CQ_FATAL:
-        what = "the device's CQ failed (IBV_EVENT_CQ_ERR)";
-        break;
+        /* Through a flag the engine looks at on every pass, not the lane:
+         * this must not be lost. The CQ's loss also means the posted work
+         * requests never complete by themselves. */
+        tw_warn("verbs", "%s: async event %s: %s", dev->name, type, tw_va_action_name(act));
+        tw_verbs_dev_lost(dev, act == TW_VA_SRQ_FATAL ? TW_VERBS_LOST_SRQ : TW_VERBS_LOST_CQ,
+                          act == TW_VA_DEVICE_FATAL ? "the device failed (IBV_EVENT_DEVICE_FATAL)"
+                          : act == TW_VA_CQ_FATAL   ? "the device's CQ failed (IBV_EVENT_CQ_ERR)"
+                                                  : "the device's SRQ failed (IBV_EVENT_SRQ_ERR)");
+        return;
     case TW_VA_QP_FATAL:
         if (ev->element.qp == NULL || ev->element.qp == dev->ud) {
             what = "its connection QP failed";
@@ -2465,6 +2554,14 @@ static void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc)
         tw_verbs_op_t *op = (tw_verbs_op_t *)(uintptr_t)wc->wr_id;
         tw_verbs_ep_t *ep = &vb->eps[op->peer];
         tw_status_t st = TW_OK;
+        if (op->pprev != NULL) {
+            op->pprev->pnext = op->pnext;
+        } else {
+            ep->posted = op->pnext;
+        }
+        if (op->pnext != NULL) {
+            op->pnext->pprev = op->pprev;
+        }
         if (!tw_verbs_credits_put(&ep->sq)) {
             tw_error("verbs", "%s: a completion nobody posted on rank %d's QP", dev->name,
                      op->peer);
@@ -2537,12 +2634,17 @@ static int tw_verbs_dev_progress(void *arg)
     void *ectx;
 
     dev->events = 0;
+    tw_verbs_lost_check(dev);
+    /* Events are taken even from a lost CQ (its channel would stay
+     * readable): it is not polled nor armed again. */
     while (ibv_get_cq_event(dev->chan, &ecq, &ectx) == 0) {
         ibv_ack_cq_events(ecq, 1);
         dev->armed = false;
     }
-    (void)tw_verbs_poll_cq(dev);
-    tw_verbs_rx_refill(dev, false);
+    if (!dev->cq_lost) {
+        (void)tw_verbs_poll_cq(dev);
+        tw_verbs_rx_refill(dev, false);
+    }
     if (dev->tx_starved && dev->ntx_free > 0) {
         /* Buffers came back through other peers' completions. */
         tw_verbs_iface_t *vb = dev->vb;
@@ -2570,7 +2672,7 @@ static int tw_verbs_dev_progress(void *arg)
         }
         tw_verbs_liveness(dev, now);
     }
-    if (!dev->armed && dev->cq != NULL) {
+    if (!dev->armed && dev->cq != NULL && !dev->cq_lost) {
         if (ibv_req_notify_cq(dev->cq, 0) == 0) {
             dev->armed = true;
         }
@@ -2955,9 +3057,30 @@ static tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev,
     }
     (void)fcntl(dev->chan->fd, F_SETFL, fcntl(dev->chan->fd, F_GETFL) | O_NONBLOCK);
     {
-        int cqe = (int)TW_MIN((uint64_t)da.max_cqe,
-                              (uint64_t)dev->rx_depth + TW_VERBS_UD_RX + TW_VERBS_UD_TX +
-                                  (uint64_t)dev->sq_depth * (uint64_t)params->size);
+        /* One CQ holds every completion the device can owe at once: the
+         * receives, the UD queues and each peer's send credits. Where the
+         * device's CQ cannot, the per-peer credits shrink to fit (a full
+         * CQ overruns: CQ_ERR, and the device is lost). */
+        uint64_t fixed = (uint64_t)dev->rx_depth + TW_VERBS_UD_RX + TW_VERBS_UD_TX;
+        uint64_t peers = params->size > 1 ? (uint64_t)params->size - 1 : 1;
+        if (fixed + (uint64_t)dev->sq_depth * peers > (uint64_t)da.max_cqe) {
+            uint64_t room = (uint64_t)da.max_cqe > fixed ? (uint64_t)da.max_cqe - fixed : 0;
+            uint32_t sq = (uint32_t)TW_MAX(room / peers, 1);
+            if (room / peers == 0) {
+                tw_warn("verbs",
+                        "%s: its CQ (%d entries) cannot hold one send per peer besides %llu "
+                        "receives: lower TW_VERBS_RX_DEPTH for %llu peers",
+                        dev->name, da.max_cqe, (unsigned long long)fixed,
+                        (unsigned long long)peers);
+            } else {
+                tw_info("verbs",
+                        "%s: %u sends in flight per peer (not %u): its CQ holds %d entries for "
+                        "%llu peers",
+                        dev->name, sq, dev->sq_depth, da.max_cqe, (unsigned long long)peers);
+            }
+            dev->sq_depth = sq;
+        }
+        int cqe = (int)TW_MIN((uint64_t)da.max_cqe, fixed + (uint64_t)dev->sq_depth * peers);
         struct ibv_cq_init_attr_ex ca = {.cqe = (uint32_t)cqe,
                                          .cq_context = dev,
                                          .channel = dev->chan,
@@ -3483,6 +3606,18 @@ tw_status_t tw_verbs_mem_dereg(tw_tl_iface_t *iface, tw_verbs_mem_t *mem)
         return TW_ERR_INVALID;
     }
     return tw_verbs_rcache_remove(&vb->rcache, &mem->region);
+}
+
+tw_status_t tw_verbs_test_dev_lost(tw_tl_iface_t *iface, int kind)
+{
+    tw_verbs_iface_t *vb = (tw_verbs_iface_t *)iface;
+
+    if (iface == NULL || iface->ops != &tw_verbs_ops || vb->ndev == 0 ||
+        (kind != TW_VERBS_LOST_SRQ && kind != TW_VERBS_LOST_CQ)) {
+        return TW_ERR_INVALID;
+    }
+    tw_verbs_dev_lost(&vb->devs[0], kind, "test hook: the device was lost");
+    return TW_OK;
 }
 
 tw_status_t tw_verbs_force_qp_error(tw_tl_iface_t *iface, int peer)

@@ -60,9 +60,25 @@ void tw_verbs_test_drop_conn(unsigned every);
 typedef struct tw_verbs_dev tw_verbs_dev_t;
 
 /** Fail every peer reached through @p dev for good (device, SRQ or CQ
- * fatal: peer_down TW_ERR_PEER_FAILED); the device stays unusable.
- * Thread: the device's engine (hand it over with a command). */
-void tw_verbs_dev_fatal(tw_verbs_dev_t *dev, const char *what);
+ * fatal: peer_down TW_ERR_PEER_FAILED); the device stays unusable. With
+ * @p cq_lost (CQ_ERR, DEVICE_FATAL) the CQ is never polled again and the
+ * work requests still posted complete here, as flushed.
+ * Thread: the device's engine. */
+void tw_verbs_dev_fatal(tw_verbs_dev_t *dev, const char *what, bool cq_lost);
+/** From any thread (the async event thread): a device-wide fault, kind
+ * TW_VERBS_LOST_SRQ or TW_VERBS_LOST_CQ (the CQ or the whole device):
+ * flagged for the device's engine, which applies it (tw_verbs_dev_fatal)
+ * on its next pass -- a flag, so a full submission lane cannot lose it.
+ * @p what must stay valid (a string literal). */
+#define TW_VERBS_LOST_SRQ 1
+#define TW_VERBS_LOST_CQ  2
+void tw_verbs_dev_lost(tw_verbs_dev_t *dev, int kind, const char *what);
+/** Test hook: as if device 0 of @p iface reported a device-wide fault
+ * (@p kind as for tw_verbs_dev_lost); TW_ERR_INVALID if @p iface is not
+ * a verbs iface. tw_verbs_test_lost_ops: how many posted work requests
+ * were completed by hand after a lost CQ, in this process. */
+tw_status_t tw_verbs_test_dev_lost(tw_tl_iface_t *iface, int kind);
+unsigned long tw_verbs_test_lost_ops(void);
 /** @p dev's port went down (PORT_ERR): every peer reached through it is
  * down for now (peer_down TW_ERR_TRANSPORT), sends to them fail at once
  * with TW_ERR_TRANSPORT, and each endpoint goes back to "not connected"

@@ -135,4 +135,15 @@ void tw_verbs_test_drop_conn(unsigned every)
 {
     (void)every;
 }
+
+tw_status_t tw_verbs_test_dev_lost(tw_tl_iface_t *iface, int kind)
+{
+    (void)iface, (void)kind;
+    return TW_ERR_UNSUPPORTED;
+}
+
+unsigned long tw_verbs_test_lost_ops(void)
+{
+    return 0;
+}
 #endif
