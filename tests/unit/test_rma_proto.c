@@ -10,11 +10,14 @@
  * back by an unacknowledged put; forged, stale and duplicated replies;
  * malformed headers; requests with a wrong key, out of bounds, or for a
  * region deregistered; replies the transport refused, sent again by the
- * progress function; a peer failing with operations waiting; regions
- * released at finalize. Each checks the completions and the counters.
+ * progress function; a deregistration waiting for a zero-copy reply
+ * still reading the region; a peer failing with operations waiting;
+ * regions released at finalize. Each checks the completions and the counters.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/tw_mem.h"
 #include "msg/tw_msg_proto.h"
@@ -150,6 +153,15 @@ static int poll_one(tw_cq_t *cq, tw_completion_t *c)
 static uint64_t stat(int r, unsigned id)
 {
     return tw_stats_read(tw_rma_stats(rma[r]), id);
+}
+
+static atomic_int dereg_done;
+
+static void *dereg_main(void *arg)
+{
+    TWT_EQ(tw_rma_mem_deregister(arg), TW_OK);
+    atomic_store(&dereg_done, 1);
+    return NULL;
 }
 
 static void setup(void)
@@ -371,6 +383,26 @@ int main(void)
     key2[0] ^= 1;
     TWT_EQ(tw_rma_get(rma[0], 1, dst, 8, base, key2, cq, NULL), TW_ERR_INVALID);
     TWT_EQ(poll_one(cq, &c), 0);
+
+    /* Deregistration waits for a zero-copy reply still reading the
+     * region, and frees it once the transport let go. */
+    TWT_EQ(tw_rma_mem_register(rma[1], src, sizeof(src), &mr2), TW_OK);
+    klen = sizeof(key2);
+    TWT_EQ(tw_rma_mr_pack(mr2, key2, &klen), TW_OK);
+    memset(dst, 0, sizeof(dst));
+    TWT_EQ(tw_rma_get(rma[0], 1, dst, 4000, (uint64_t)(uintptr_t)src, key2, cq, NULL), TW_OK);
+    deliver(pop()); /* the request; its reply (zero-copy, from the region) waits */
+    TWT_CHECK(q_head != NULL && q_head->comp != NULL);
+    pthread_t th;
+    atomic_store(&dereg_done, 0);
+    TWT_EQ(pthread_create(&th, NULL, dereg_main, mr2), 0);
+    usleep(50 * 1000);
+    TWT_EQ(atomic_load(&dereg_done), 0); /* still waiting for the transport */
+    TWT_EQ(deliver_all(), 1);
+    TWT_EQ(pthread_join(th, NULL), 0);
+    TWT_EQ(atomic_load(&dereg_done), 1);
+    TWT_EQ(poll_one(cq, &c), 1);
+    TWT_CHECK(c.op == TW_OP_GET && c.status == TW_OK && memcmp(dst, src, 4000) == 0);
 
     /* The peer fails with a put (zero-copy), a get and a flush waiting;
      * its late replies are stale. */
