@@ -114,6 +114,8 @@ static const tw_tl_ops_t bm_wire_ops = {
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress,
     .poll = tw_tl_stub_progress,
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
 };
 
 static bm_rel_t *bm_opening; /* set around iface_open, which has no user argument */

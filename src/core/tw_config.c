@@ -495,3 +495,30 @@ void tw_cfg_print(const tw_cfg_table_t *table, FILE *out)
         fprintf(out, "\n      %s\n      value: %s\n", e->help != NULL ? e->help : "", expected);
     }
 }
+
+bool tw_cfg_list_has(const char *list, const char *name, int *arg_p)
+{
+    char buf[TW_CFG_STRLEN];
+    char *save = NULL;
+
+    if (arg_p != NULL) {
+        *arg_p = 0;
+    }
+    if (list[0] == '\0') {
+        return true;
+    }
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+        char *colon = strchr(t, ':');
+        if (colon != NULL) {
+            *colon = '\0';
+        }
+        if (strcmp(t, name) == 0) {
+            if (arg_p != NULL && colon != NULL) {
+                *arg_p = (int)strtol(colon + 1, NULL, 10);
+            }
+            return true;
+        }
+    }
+    return false;
+}

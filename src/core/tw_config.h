@@ -74,6 +74,12 @@ int tw_cfg_warn_unknown(const tw_cfg_table_t *const *tables, size_t ntables);
 /** Print a table: name, type, default, current environment value, help. */
 void tw_cfg_print(const tw_cfg_table_t *table, FILE *out);
 
+/** Is @p name in @p list, a comma (or space) separated list of names,
+ * each optionally followed by ":argument" (TW_VERBS_DEVICES=mlx5_0:1)?
+ * An empty list holds every name. On a match with an argument, *@p arg_p
+ * is its value (strtol, 0 if none); @p arg_p may be NULL. */
+bool tw_cfg_list_has(const char *list, const char *name, int *arg_p);
+
 /**
  * The core module's tunables. TW_LOG_LEVEL is read by tw_log itself (before
  * any configuration is parsed); it is listed here so that tw_info prints it

@@ -98,15 +98,14 @@ typedef struct tw_rkey_hdr {
 } tw_rkey_hdr_t;
 
 _Static_assert(sizeof(tw_rkey_hdr_t) == 48, "packed key header is 48 bytes");
-_Static_assert(sizeof(tw_rkey_hdr_t) + TW_RMA_MAX_REG * (2 + 31 + TW_RMA_TLKEY_MAX) <= TW_RKEY_MAX,
+_Static_assert(sizeof(tw_rkey_hdr_t) + TW_RMA_MAX_REG * (2 + 31 + TW_TL_KEY_MAX) <= TW_RKEY_MAX,
                "every packed key fits TW_RKEY_MAX");
 
 typedef struct tw_rma_tlkey {
     tw_tl_iface_t *iface;
-    tw_rma_dereg_fn_t dereg;
     void *handle;
     uint8_t len;
-    uint8_t bytes[TW_RMA_TLKEY_MAX];
+    uint8_t bytes[TW_TL_KEY_MAX];
 } tw_rma_tlkey_t;
 
 /* The public tw_mr_t. */
@@ -123,12 +122,6 @@ struct tw_mr {
     unsigned ntl;
     tw_rma_tlkey_t tl[TW_RMA_MAX_REG];
 };
-
-typedef struct tw_rma_registrar {
-    tw_tl_iface_t *iface;
-    tw_rma_reg_fn_t reg;
-    tw_rma_dereg_fn_t dereg;
-} tw_rma_registrar_t;
 
 typedef struct tw_rma_op tw_rma_op_t;
 struct tw_rma_op {
@@ -190,7 +183,7 @@ struct tw_rma {
     tw_stats_t *stats;
     tw_rma_peer_t *peers;
     unsigned nreg;
-    tw_rma_registrar_t reg[TW_RMA_MAX_REG];
+    tw_tl_iface_t *reg[TW_RMA_MAX_REG]; /* transports that register memory */
     pthread_rwlock_t reg_lock;
     tw_mr_t *buckets[TW_RMA_BUCKETS];
     atomic_uint_fast64_t next_id;
@@ -205,6 +198,7 @@ struct tw_rma {
     atomic_uint ndefer;
     atomic_uint_fast64_t drop_logged;
     atomic_uint_fast64_t refused_logged;
+    atomic_uint_fast64_t failed_logged;
     int (*progress)(void *); /* manual mode: drives the context */
     void *progress_arg;
 };
@@ -244,6 +238,7 @@ tw_status_t tw_rma_create(const tw_rma_params_t *params, tw_rma_t **rma_p)
     atomic_init(&rma->ndefer, 0);
     atomic_init(&rma->drop_logged, 0);
     atomic_init(&rma->refused_logged, 0);
+    atomic_init(&rma->failed_logged, 0);
     rma->peers = tw_calloc((size_t)params->size, sizeof(*rma->peers));
     rma->stats = tw_stats_create("rma", tw_rma_stat_descs, TW_RMA_STAT_COUNT);
     if (rma->peers == NULL || rma->stats == NULL) {
@@ -486,6 +481,20 @@ static void tw_rma_comp_cb(tw_tl_comp_t *comp, tw_status_t st)
     tw_rma_event((tw_rma_op_t *)comp, st);
 }
 
+/* The target refused an operation of ours (its reason is logged there):
+ * say so here too, then fail it with the target's status. */
+static void tw_rma_refused(tw_rma_t *rma, int src, tw_rma_op_t *op, tw_status_t st)
+{
+    uint64_t n = atomic_fetch_add_explicit(&rma->failed_logged, 1, memory_order_relaxed);
+
+    if (n < 16 || n % 1000 == 0) {
+        tw_warn("rma", "rank %d refused a %s of %zu bytes: %s (%llu so far)", src,
+                op->op == TW_OP_PUT ? "put" : "get", op->len, tw_strerror(st),
+                (unsigned long long)n + 1);
+    }
+    tw_rma_event(op, st);
+}
+
 /* A post that failed before anything took @p op: undo it. */
 static void tw_rma_unpost(tw_rma_op_t *op)
 {
@@ -622,20 +631,20 @@ tw_status_t tw_rma_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
 
 /* ---- regions ------------------------------------------------------------ */
 
-tw_status_t tw_rma_add_registrar(tw_rma_t *rma, tw_tl_iface_t *iface, tw_rma_reg_fn_t reg,
-                                 tw_rma_dereg_fn_t dereg)
+tw_status_t tw_rma_add_registrar(tw_rma_t *rma, tw_tl_iface_t *iface)
 {
     if (rma->nreg == TW_RMA_MAX_REG || strlen(iface->ops->name) > 31) {
         return TW_ERR_INVALID;
     }
-    rma->reg[rma->nreg++] = (tw_rma_registrar_t){.iface = iface, .reg = reg, .dereg = dereg};
+    rma->reg[rma->nreg++] = iface;
     return TW_OK;
 }
 
 static void tw_rma_release_tl(tw_mr_t *mr)
 {
     for (unsigned k = 0; k < mr->ntl; k++) {
-        tw_status_t st = mr->tl[k].dereg(mr->tl[k].iface, mr->tl[k].handle);
+        tw_tl_iface_t *iface = mr->tl[k].iface;
+        tw_status_t st = iface->ops->mem_dereg(iface, mr->tl[k].handle);
         if (st != TW_OK) {
             tw_warn("rma", "%s would not deregister a region: %s", mr->tl[k].iface->ops->name,
                     tw_strerror(st));
@@ -665,18 +674,21 @@ tw_status_t tw_rma_mem_register(tw_rma_t *rma, void *addr, size_t len, tw_mr_t *
     mr->base = (uintptr_t)addr;
     mr->len = len;
     for (unsigned k = 0; k < rma->nreg; k++) {
+        tw_tl_iface_t *iface = rma->reg[k];
         tw_rma_tlkey_t *t = &mr->tl[mr->ntl];
         size_t klen = sizeof(t->bytes);
-        st = rma->reg[k].reg(rma->reg[k].iface, addr, len, t->bytes, &klen, &t->handle);
+        st = iface->ops->mem_reg(iface, addr, len, t->bytes, &klen, &t->handle);
+        if (st == TW_ERR_UNSUPPORTED) {
+            continue; /* no key of its own (a wrapper over a transport without RDMA) */
+        }
         if (st != TW_OK) {
-            tw_error("rma", "tw_mem_register: %s refused %zu bytes at %p: %s",
-                     rma->reg[k].iface->ops->name, len, addr, tw_strerror(st));
+            tw_error("rma", "tw_mem_register: %s refused %zu bytes at %p: %s", iface->ops->name,
+                     len, addr, tw_strerror(st));
             tw_rma_release_tl(mr);
             tw_free(mr, sizeof(*mr));
             return st;
         }
-        t->iface = rma->reg[k].iface;
-        t->dereg = rma->reg[k].dereg;
+        t->iface = iface;
         t->len = (uint8_t)klen;
         mr->ntl++;
     }
@@ -979,7 +991,7 @@ static void tw_rma_got_get_rep(tw_rma_t *rma, int src, const tw_rma_hdr_t *h, co
         return;
     }
     if (h->status != TW_OK) {
-        tw_rma_event(op, (tw_status_t)h->status);
+        tw_rma_refused(rma, src, op, (tw_status_t)h->status);
     } else if (h->len != len || len != op->len) {
         tw_rma_drop(rma, src, "get reply of the wrong length");
         tw_rma_event(op, TW_ERR_PROTOCOL);
@@ -1020,7 +1032,11 @@ void tw_rma_recv(tw_rma_t *rma, int src, const void *hdr, size_t hdr_len, const 
             }
             break;
         }
-        tw_rma_event(op, (tw_status_t)h.status);
+        if (h.status != TW_OK) {
+            tw_rma_refused(rma, src, op, (tw_status_t)h.status);
+        } else {
+            tw_rma_event(op, TW_OK);
+        }
         break;
     default:
         tw_rma_got_get_rep(rma, src, &h, data, len);
@@ -1101,7 +1117,11 @@ void tw_rma_rndv(tw_rma_t *rma, int src, const void *hdr, size_t hdr_len, size_t
         }
         if (h.status != TW_OK || h.len != len || len != op->len) {
             tw_rma_drop(rma, src, "get reply of the wrong length");
-            tw_rma_event(op, h.status != TW_OK ? (tw_status_t)h.status : TW_ERR_PROTOCOL);
+            if (h.status != TW_OK) {
+                tw_rma_refused(rma, src, op, (tw_status_t)h.status);
+            } else {
+                tw_rma_event(op, TW_ERR_PROTOCOL);
+            }
             goto release;
         }
         st = iface->ops->rndv_get(iface, rndv, op->dst, len, &op->comp);

@@ -27,14 +27,6 @@ typedef struct tw_rma_params {
     size_t eager_limit;          /* replies up to this are copied (am_short) */
 } tw_rma_params_t;
 
-/** A transport that can register memory for its own RDMA (verbs):
- * @p reg writes a transport key of at most TW_RMA_TLKEY_MAX bytes and
- * returns a handle that @p dereg releases. */
-#define TW_RMA_TLKEY_MAX 48
-typedef tw_status_t (*tw_rma_reg_fn_t)(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
-                                       size_t *key_len, void **handle);
-typedef tw_status_t (*tw_rma_dereg_fn_t)(tw_tl_iface_t *iface, void *handle);
-
 enum {
     TW_RMA_STAT_PUTS,
     TW_RMA_STAT_PUT_BYTES,
@@ -63,10 +55,10 @@ tw_stats_t *tw_rma_stats(tw_rma_t *rma);
  * into or out of the region finish (before traffic). */
 void tw_rma_set_progress(tw_rma_t *rma, int (*fn)(void *), void *arg);
 
-/** Register memory with @p iface too, for every later region (before
+/** Register every later region with @p iface too (its ops->mem_reg: a
+ * transport that does RDMA itself), so packed keys carry its key (before
  * traffic; at most a few). Thread: the caller of tw_init. */
-tw_status_t tw_rma_add_registrar(tw_rma_t *rma, tw_tl_iface_t *iface, tw_rma_reg_fn_t reg,
-                                 tw_rma_dereg_fn_t dereg);
+tw_status_t tw_rma_add_registrar(tw_rma_t *rma, tw_tl_iface_t *iface);
 
 /* The public calls, their arguments checked by the runtime (context, CQ,
  * rank ranges, buffers). Thread: any. */

@@ -1711,6 +1711,8 @@ static const tw_tl_ops_t tw_rel_ops = {
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress,
     .poll = tw_tl_stub_progress,
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
 };
 
 /* ---- lifecycle ---------------------------------------------------------- */

@@ -26,7 +26,6 @@
 #include "transports/shm/tw_shm.h"
 #include "transports/tcp/tw_tcp.h"
 #include "transports/verbs/tw_verbs.h"
-#include "transports/verbs/tw_verbs_proto.h"
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
 
@@ -483,24 +482,6 @@ static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
     }
 }
 
-/* Is @p name in the comma list @p list (empty: everything)? */
-static bool tw_ctx_listed(const char *list, const char *name)
-{
-    char buf[TW_CFG_STRLEN];
-    char *save = NULL;
-
-    if (list[0] == '\0') {
-        return true;
-    }
-    snprintf(buf, sizeof(buf), "%s", list);
-    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
-        if (strcmp(t, name) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /* Open transport @p ops, wrapped by the fault injector when TW_FAULT
  * says so. */
 static tw_status_t tw_ctx_open_one(tw_ctx_impl_t *impl, const tw_tl_ops_t *ops,
@@ -512,8 +493,8 @@ static tw_status_t tw_ctx_open_one(tw_ctx_impl_t *impl, const tw_tl_ops_t *ops,
     char rank[16];
 
     snprintf(rank, sizeof(rank), "%d", impl->rank);
-    if (fault == NULL || !tw_ctx_listed(impl->cfg.fault_on, ops->name) ||
-        !tw_ctx_listed(impl->cfg.fault_ranks, rank)) {
+    if (fault == NULL || !tw_cfg_list_has(impl->cfg.fault_on, ops->name, NULL) ||
+        !tw_cfg_list_has(impl->cfg.fault_ranks, rank, NULL)) {
         return ops->iface_open(p, iface_p);
     }
     am_type[TW_REL_AM_DATA] = TW_FAULT_DATA;
@@ -756,27 +737,6 @@ static tw_status_t tw_ctx_route(tw_ctx_impl_t *impl)
     return TW_OK;
 }
 
-/* Memory registration of a transport that does RDMA itself. */
-static tw_status_t tw_ctx_verbs_reg(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
-                                    size_t *key_len, void **handle)
-{
-    tw_verbs_mem_t *mem = NULL;
-    tw_status_t st;
-
-    _Static_assert(TW_VERBS_RKEY_MAX <= TW_RMA_TLKEY_MAX, "a verbs key fits a region's key");
-    if (*key_len < TW_VERBS_RKEY_MAX) {
-        return TW_ERR_INVALID;
-    }
-    st = tw_verbs_mem_reg(iface, addr, len, key, key_len, &mem);
-    *handle = mem;
-    return st;
-}
-
-static tw_status_t tw_ctx_verbs_dereg(tw_tl_iface_t *iface, void *handle)
-{
-    return tw_verbs_mem_dereg(iface, handle);
-}
-
 static int tw_ctx_rma_progress(void *arg)
 {
     return tw_progress(arg);
@@ -795,8 +755,8 @@ static tw_status_t tw_ctx_rma_setup(tw_ctx_impl_t *impl)
     }
     for (unsigned i = 0; st == TW_OK && impl->rel == NULL && i < impl->ntl; i++) {
         tw_tl_iface_t *iface = impl->ifaces[i];
-        if (strcmp(iface->ops->name, "verbs") == 0 && (iface->ops->caps & TW_TL_CAP_PUT) != 0) {
-            st = tw_rma_add_registrar(rma, iface, tw_ctx_verbs_reg, tw_ctx_verbs_dereg);
+        if (iface->ops->mem_reg != tw_tl_stub_mem_reg) {
+            st = tw_rma_add_registrar(rma, iface);
         }
     }
     return st;

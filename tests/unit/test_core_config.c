@@ -407,11 +407,28 @@ static void test_print(void)
     TWT_CHECK(strstr(text, "adaptive|spin|block") != NULL);
 }
 
+/* Name lists: TW_FAULT_ON, TW_FAULT_RANKS, TW_VERBS_DEVICES (name:port). */
+static void test_list(void)
+{
+    int arg = -1;
+
+    TWT_CHECK(tw_cfg_list_has("", "shm", &arg) && arg == 0);
+    TWT_CHECK(tw_cfg_list_has("shm,tcp", "tcp", NULL));
+    TWT_CHECK(tw_cfg_list_has("shm tcp", "shm", NULL));
+    TWT_CHECK(!tw_cfg_list_has("shm,tcp", "sh", NULL));
+    TWT_CHECK(!tw_cfg_list_has("shm,tcp", "tcpx", NULL));
+    TWT_CHECK(tw_cfg_list_has("mlx5_0:2,rxe0", "mlx5_0", &arg) && arg == 2);
+    TWT_CHECK(tw_cfg_list_has("mlx5_0:2,rxe0", "rxe0", &arg) && arg == 0);
+    TWT_CHECK(!tw_cfg_list_has("mlx5_0:2", "mlx5_1", &arg));
+    TWT_CHECK(tw_cfg_list_has("1,3", "3", NULL) && !tw_cfg_list_has("1,3", "2", NULL));
+}
+
 int main(void)
 {
     /* Errors are expected here; keep their lines but nothing below them. */
     tw_log_set_level(TW_LOG_WARN);
     test_defaults();
+    test_list();
     test_bool();
     test_int();
     test_uint64();

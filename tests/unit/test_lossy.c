@@ -763,6 +763,8 @@ static const tw_tl_ops_t fake_ops = {
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress,
     .poll = tw_tl_stub_progress,
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
 };
 
 /* Rank 1 of 4 over the fake: the kill (noticed by progress) reports ranks 0, 2 and 3 once each;

@@ -96,6 +96,8 @@ static const tw_tl_ops_t fake_ops = {
     .get_zcopy = tw_tl_stub_get_zcopy,
     .flush = tw_tl_stub_flush,
     .rndv_get = tw_tl_stub_rndv_get,
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
 };
 
 static frame_t *pop(void)

@@ -93,6 +93,19 @@ tw_status_t tw_tl_noaddr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_
     return TW_OK;
 }
 
+tw_status_t tw_tl_stub_mem_reg(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
+                               size_t *key_len, void **handle)
+{
+    (void)iface, (void)addr, (void)len, (void)key, (void)key_len, (void)handle;
+    return TW_ERR_UNSUPPORTED;
+}
+
+tw_status_t tw_tl_stub_mem_dereg(tw_tl_iface_t *iface, void *handle)
+{
+    (void)iface, (void)handle;
+    return TW_ERR_UNSUPPORTED;
+}
+
 tw_status_t tw_tl_noaddr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len)
 {
     (void)iface, (void)peer, (void)addr, (void)len;
@@ -116,12 +129,15 @@ bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
         {TW_TL_CAP_GET, ops->get_zcopy == tw_tl_stub_get_zcopy},
         {TW_TL_CAP_FLUSH, ops->flush == tw_tl_stub_flush},
         {TW_TL_CAP_RNDV, ops->rndv_get == tw_tl_stub_rndv_get},
+        {TW_TL_CAP_PUT, ops->mem_reg == tw_tl_stub_mem_reg},
+        {TW_TL_CAP_PUT, ops->mem_dereg == tw_tl_stub_mem_dereg},
     };
     if (ops->name == NULL || ops->query == NULL || ops->iface_open == NULL ||
         ops->iface_close == NULL || ops->reachable == NULL || ops->am_short == NULL ||
         ops->am_zcopy == NULL || ops->put_zcopy == NULL || ops->get_zcopy == NULL ||
         ops->flush == NULL || ops->progress == NULL || ops->poll == NULL || ops->rndv_get == NULL ||
-        ops->addr_pack == NULL || ops->addr_connect == NULL || ops->ready == NULL) {
+        ops->addr_pack == NULL || ops->addr_connect == NULL || ops->ready == NULL ||
+        ops->mem_reg == NULL || ops->mem_dereg == NULL) {
         return false;
     }
     for (size_t i = 0; i < TW_ARRAY_SIZE(slots); i++) {

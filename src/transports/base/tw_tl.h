@@ -199,7 +199,20 @@ struct tw_tl_ops {
      * Returns events handled. Thread: holder of the engine's lock
      * (tw_pe_try_call) -- never runs user code. */
     int (*poll)(tw_tl_iface_t *iface);
+    /** Register [@p addr, + @p len) for the peers' put_zcopy / get_zcopy
+     * (transports with TW_TL_CAP_PUT): write the remote key they take (at
+     * most TW_TL_KEY_MAX bytes; *@p key_len: room in, length out) and a
+     * handle for mem_dereg. TW_ERR_UNSUPPORTED: no key of its own (a
+     * wrapper over a transport without RDMA). Thread: any. */
+    tw_status_t (*mem_reg)(tw_tl_iface_t *iface, void *addr, size_t len, void *key, size_t *key_len,
+                           void **handle);
+    /** Release a registration: the device lets go of it once the
+     * operations in flight with it completed. Thread: any. */
+    tw_status_t (*mem_dereg)(tw_tl_iface_t *iface, void *handle);
 };
+
+/** Largest transport remote key (mem_reg). */
+#define TW_TL_KEY_MAX 48
 
 /* Shared stubs for slots a transport does not implement. */
 tw_status_t tw_tl_stub_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
@@ -214,6 +227,9 @@ tw_status_t tw_tl_stub_flush(tw_tl_iface_t *iface, int peer, tw_tl_comp_t *comp)
 int tw_tl_stub_progress(tw_tl_iface_t *iface);
 tw_status_t tw_tl_stub_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *rndv, void *dst, size_t len,
                                 tw_tl_comp_t *comp);
+tw_status_t tw_tl_stub_mem_reg(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
+                               size_t *key_len, void **handle);
+tw_status_t tw_tl_stub_mem_dereg(tw_tl_iface_t *iface, void *handle);
 /* Address exchange of a transport that needs none. */
 tw_status_t tw_tl_noaddr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p);
 tw_status_t tw_tl_noaddr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len);

@@ -814,6 +814,23 @@ static bool tw_lossy_reachable(tw_tl_iface_t *iface, int peer)
     return inner->ops->reachable(inner, peer);
 }
 
+/* Registration is the inner's (its keys, its device): faults are injected
+ * on frames, not on one-sided operations. */
+static tw_status_t tw_lossy_mem_reg(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
+                                    size_t *key_len, void **handle)
+{
+    tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
+
+    return inner->ops->mem_reg(inner, addr, len, key, key_len, handle);
+}
+
+static tw_status_t tw_lossy_mem_dereg(tw_tl_iface_t *iface, void *handle)
+{
+    tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
+
+    return inner->ops->mem_dereg(inner, handle);
+}
+
 static tw_status_t tw_lossy_put_zcopy(tw_tl_iface_t *iface, int peer, const void *src, size_t len,
                                       uint64_t raddr, const void *rkey, tw_tl_comp_t *comp)
 {
@@ -879,6 +896,8 @@ static const tw_tl_ops_t tw_lossy_fwd_ops = {
     .rndv_get = tw_lossy_rndv_get,
     .progress = tw_lossy_progress,
     .poll = tw_lossy_poll,
+    .mem_reg = tw_lossy_mem_reg,
+    .mem_dereg = tw_lossy_mem_dereg,
 };
 
 /* The per-instance table: lossy's forwarders where the inner has the
@@ -912,6 +931,10 @@ static void tw_lossy_make_ops(tw_tl_ops_t *ops, const tw_tl_ops_t *inner)
     }
     if (inner->poll == tw_tl_stub_progress) {
         ops->poll = tw_tl_stub_progress;
+    }
+    if (inner->mem_reg == tw_tl_stub_mem_reg) {
+        ops->mem_reg = tw_tl_stub_mem_reg;
+        ops->mem_dereg = tw_tl_stub_mem_dereg;
     }
 }
 

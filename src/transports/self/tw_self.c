@@ -153,6 +153,8 @@ const tw_tl_ops_t tw_self_ops = {
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress, /* all work arrives as engine commands */
     .poll = tw_tl_stub_progress,     /* tagged messages are delivered inline */
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
 };
 
 static tw_status_t tw_self_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)

@@ -1151,6 +1151,8 @@ const tw_tl_ops_t tw_shm_ops = {
     .rndv_get = tw_shm_rndv_get,
     .progress = tw_shm_progress,
     .poll = tw_shm_poll,
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
 };
 
 static tw_status_t tw_shm_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)

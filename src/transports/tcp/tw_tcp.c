@@ -1981,6 +1981,8 @@ const tw_tl_ops_t tw_tcp_ops = {
     .rndv_get = tw_tcp_rndv_get,
     .progress = tw_tcp_progress,
     .poll = tw_tcp_poll,
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
 };
 
 static tw_status_t tw_tcp_listen(tw_tcp_lane_t *lane, int a)

@@ -2698,31 +2698,6 @@ static int tw_verbs_progress(tw_tl_iface_t *iface)
     return events;
 }
 
-/* Is @p name (with optional ":port") in TW_VERBS_DEVICES? *port_p = the
- * port named, or 0. Empty list: every device. */
-static bool tw_verbs_dev_listed(const char *list, const char *name, int *port_p)
-{
-    char buf[TW_CFG_STRLEN];
-    char *save = NULL;
-
-    *port_p = 0;
-    if (list[0] == '\0') {
-        return true;
-    }
-    snprintf(buf, sizeof(buf), "%s", list);
-    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
-        char *colon = strchr(t, ':');
-        if (colon != NULL) {
-            *colon = '\0';
-        }
-        if (strcmp(t, name) == 0) {
-            *port_p = colon != NULL ? atoi(colon + 1) : 0;
-            return true;
-        }
-    }
-    return false;
-}
-
 static tw_status_t tw_verbs_query(char *why, size_t why_len)
 {
     tw_verbs_cfg_t cfg;
@@ -2757,7 +2732,7 @@ static tw_status_t tw_verbs_query(char *why, size_t why_len)
             strcat(names, names[0] != '\0' ? "," : "");
             strcat(names, name);
         }
-        if (tw_verbs_dev_listed(cfg.devices, name, &port)) {
+        if (tw_cfg_list_has(cfg.devices, name, &port)) {
             usable++;
         }
     }
@@ -2854,6 +2829,10 @@ static void tw_verbs_ready(tw_tl_iface_t *iface)
 static tw_status_t tw_verbs_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p);
 static void tw_verbs_iface_close(tw_tl_iface_t *iface);
 
+static tw_status_t tw_verbs_mem_reg_op(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
+                                       size_t *key_len, void **handle);
+static tw_status_t tw_verbs_mem_dereg_op(tw_tl_iface_t *iface, void *handle);
+
 const tw_tl_ops_t tw_verbs_ops = {
     .name = "verbs",
     .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV | TW_TL_CAP_PUT |
@@ -2874,6 +2853,8 @@ const tw_tl_ops_t tw_verbs_ops = {
     .rndv_get = tw_verbs_rndv_get,
     .progress = tw_verbs_progress,
     .poll = tw_tl_stub_progress,
+    .mem_reg = tw_verbs_mem_reg_op,
+    .mem_dereg = tw_verbs_mem_dereg_op,
 };
 
 /* ---- device setup ------------------------------------------------------------------ */
@@ -3263,7 +3244,7 @@ static tw_status_t tw_verbs_iface_open(const tw_tl_params_t *params, tw_tl_iface
     list = ibv_get_device_list(&n);
     for (int i = 0; list != NULL && i < n && vb->ndev < TW_VERBS_MAX_DEVS; i++) {
         int port;
-        if (!tw_verbs_dev_listed(vb->cfg.devices, ibv_get_device_name(list[i]), &port)) {
+        if (!tw_cfg_list_has(vb->cfg.devices, ibv_get_device_name(list[i]), &port)) {
             continue;
         }
         tw_verbs_dev_t *dev = &vb->devs[vb->ndev];
@@ -3606,6 +3587,26 @@ tw_status_t tw_verbs_mem_dereg(tw_tl_iface_t *iface, tw_verbs_mem_t *mem)
         return TW_ERR_INVALID;
     }
     return tw_verbs_rcache_remove(&vb->rcache, &mem->region);
+}
+
+static tw_status_t tw_verbs_mem_reg_op(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
+                                       size_t *key_len, void **handle)
+{
+    tw_verbs_mem_t *mem = NULL;
+    tw_status_t st;
+
+    _Static_assert(TW_VERBS_RKEY_MAX <= TW_TL_KEY_MAX, "a verbs key fits TW_TL_KEY_MAX");
+    if (key_len == NULL || *key_len < TW_VERBS_RKEY_MAX) {
+        return TW_ERR_INVALID;
+    }
+    st = tw_verbs_mem_reg(iface, addr, len, key, key_len, &mem);
+    *handle = mem;
+    return st;
+}
+
+static tw_status_t tw_verbs_mem_dereg_op(tw_tl_iface_t *iface, void *handle)
+{
+    return tw_verbs_mem_dereg(iface, handle);
 }
 
 tw_status_t tw_verbs_test_dev_lost(tw_tl_iface_t *iface, int kind)

@@ -110,6 +110,8 @@ const tw_tl_ops_t tw_verbs_ops = {
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress,
     .poll = tw_tl_stub_progress,
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
 };
 
 tw_status_t tw_verbs_mem_reg(tw_tl_iface_t *iface, void *addr, size_t len, void *rkey,
