@@ -15,13 +15,18 @@
  * on an engine, and a transport's am_short never calls back into rel on
  * the sending thread (rel calls transports with a peer's lock held).
  *
- * ## Wire format (tw_rel_proto.h, version 1)
+ * ## Wire format (tw_rel_proto.h, version 2)
  * A 64-byte header on four transport am ids (DATA, ACK, NACK, CTRL):
  * version, type, flags, upper am id, path, upper header length, both
  * incarnations (epochs), sequence number, ack base and a 64-bit ack
  * bitmap, fragment index and count, message length, offset, fragment
- * length, and a CRC32C over header, upper header and payload. Every field
- * is checked (tw_rel_parse, fuzzed) before it is used.
+ * length, and a CRC32C over header, upper header and payload. A whole
+ * message in one fragment, sent while nothing is held out of order here
+ * (no ack bits), goes on a fifth id (SDATA) with a 24-byte header: what
+ * that case fixes is left out and the two epochs are folded into one
+ * word, so an 8-byte message fills two cache lines of a shm cell, as it
+ * does without rel, not three. Every field is checked (tw_rel_parse,
+ * fuzzed) before it is used.
  *
  * ## Messages and fragments
  * An upper message (header + payload up to 1 GiB) is cut into fragments
@@ -76,11 +81,24 @@
  *   does not);
  * - delayed ack: TW_REL_ACK_DELAY;
  * - keepalive: a peer silent for TW_REL_KEEPALIVE is pinged (it answers
- *   PONG from its engine); silent for TW_REL_KEEPALIVE * TW_REL_MISSES it
- *   has failed, whatever its transports say (a stopped process's kernel
- *   still acks TCP);
+ *   PONG from its engine); silent for TW_REL_KEEPALIVE * TW_REL_MISSES,
+ *   with TW_REL_MISSES - 1 pings unanswered, it has failed, whatever its
+ *   transports say (a stopped process's kernel still acks TCP);
  * - probes: a failed path is probed every TW_REL_PROBE; after
  *   TW_REL_PROBES answers in a row it carries traffic again.
+ * Clock readings (17 ns each here) are made where a time must be exact:
+ * a round-trip sample, a timer restart, a resend decision, a control
+ * frame, a timer pass. Elsewhere the peer's latest reading stands in
+ * (tw_rel_now_t), and every use of it errs on the safe side: an ack
+ * deadline comes early, a data arrival's last_rx_ns is early (so the
+ * keepalive also waits for misses - 1 unanswered pings before it fails a
+ * peer). A send into an empty window starts the retransmission timer:
+ * with an engine thread it reads the clock; in manual progress it takes
+ * the peer's latest reading as an early stamp (usually the arrival the
+ * send answers), and the pass that finds such a fragment due times it
+ * from then on instead of resending it -- its first timeout lies between
+ * TW_REL_RTO and twice that; every 16th such send reads the clock for a
+ * round-trip sample.
  * Each peer's earliest deadline lowers rel's next_due; a pass over the
  * peers runs when it is reached -- by a waiting worker in tw_rel_poll,
  * or by the engine, which a one-shot timerfd armed for next_due + 250 us
@@ -158,17 +176,18 @@
 #include "core/tw_time.h"
 #include "reliability/tw_rel_proto.h"
 
-#define TW_REL_WIN         64u
-#define TW_REL_ACK_EVERY   48u
-#define TW_REL_ACK_BIG     8192u     /* acked at once: their sender waits (zero-copy) */
-#define TW_REL_TIMER_SLACK 250000ull /* ns the engine's timer fires after a deadline */
-#define TW_REL_MIN_TRIES   6u
-#define TW_REL_MAX_SHORT   (64u * 1024u)
-#define TW_REL_SMALL       256u /* eager messages up to this (header + payload) are pooled */
-#define TW_REL_POOL        64u  /* per peer */
+#define TW_REL_WIN          64u
+#define TW_REL_ACK_EVERY    48u
+#define TW_REL_ACK_BIG      8192u     /* acked at once: their sender waits (zero-copy) */
+#define TW_REL_TIMER_SLACK  250000ull /* ns the engine's timer fires after a deadline */
+#define TW_REL_MIN_TRIES    6u
+#define TW_REL_SAMPLE_EVERY 16u /* manual progress: a send that reads the clock, of these */
+#define TW_REL_MAX_SHORT    (64u * 1024u)
+#define TW_REL_SMALL        256u /* eager messages up to this (header + payload) are pooled */
+#define TW_REL_POOL         64u  /* per peer */
 #define TW_REL_AM_MASK                                                               \
     ((1ull << TW_REL_AM_DATA) | (1ull << TW_REL_AM_ACK) | (1ull << TW_REL_AM_NACK) | \
-     (1ull << TW_REL_AM_CTRL))
+     (1ull << TW_REL_AM_CTRL) | (1ull << TW_REL_AM_SDATA))
 
 /* Set while a waiting worker polls the transports (tw_rel_poll): what it
  * receives must not run user code here. */
@@ -287,6 +306,7 @@ typedef struct tw_rel_slot {
     uint8_t path;
     bool acked;
     bool timed; /* sent_ns is a clock reading of its first send (RTT sample) */
+    bool est;   /* sent_ns is an earlier reading (TW_REL_STAMP_EARLY): not yet timed */
 } tw_rel_slot_t;
 
 /* A fragment held for its turn, or a whole message waiting for the
@@ -305,6 +325,7 @@ typedef struct tw_rel_peer {
     uint64_t srtt_ns, rttvar_ns; /* round-trip estimate (0: no sample yet) */
     uint64_t progress_ns;        /* an ack last acknowledged something new */
     uint64_t clock_ns;           /* the latest clock reading made for this peer */
+    unsigned untimed;            /* sends into an empty window since one read the clock */
     tw_rel_slot_t win[TW_REL_WIN];
     tw_rel_smsg_t *q_head, *q_tail; /* messages with fragments not yet in the window */
     tw_rel_smsg_t *pool;            /* free small eager messages */
@@ -332,6 +353,7 @@ typedef struct tw_rel_peer {
     /* liveness */
     uint32_t epoch;
     uint64_t last_rx_ns, ping_due;
+    unsigned pings; /* ping rounds since its last frame */
     bool down, left, reported;
     /* The two per-message counters, bumped under the lock (a plain load
      * and store, no atomic add) and summed into rel's stats on read. */
@@ -608,13 +630,19 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
                                   uint32_t seq, uint64_t now, tw_rel_todo_t *todo)
 {
     bool again = s->sent_ns != 0; /* a retransmission (on this path or another) */
-    unsigned char buf[sizeof(tw_rel_hdr_t) + TW_REL_MAX_UHDR];
+    /* The frame is built in place, field by field: a header built on the
+     * side and copied in would be read back in wider loads than its
+     * fields were written with, which stalls store forwarding. */
+    union {
+        tw_rel_hdr_t h;
+        tw_rel_shdr_t s;
+        unsigned char bytes[sizeof(tw_rel_hdr_t) + TW_REL_MAX_UHDR];
+    } f;
     tw_rel_smsg_t *m = s->msg;
     size_t cap = rel->frag_cap, first = cap - m->hdr_len;
     size_t off = s->frag == 0 ? 0 : first + (size_t)(s->frag - 1) * cap;
     size_t n = TW_MIN(s->frag == 0 ? first : cap, m->len - off);
     size_t uh = s->frag == 0 ? m->hdr_len : 0;
-    tw_rel_hdr_t h;
     tw_status_t st;
     int g;
 
@@ -623,22 +651,36 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
         if (g < 0 || p->down) {
             return TW_ERR_PEER_FAILED;
         }
-        tw_rel_hdr_init(rel, p, &h, TW_REL_T_DATA, g);
-        h.am_id = m->am_id;
-        h.hdr_len = (uint16_t)uh;
-        h.seq = seq;
-        h.frag = s->frag;
-        h.nfrags = m->nfrags;
-        h.msg_len = m->len;
-        h.offset = off;
-        h.len = (uint32_t)n;
-        memcpy(buf + sizeof(h), m->bytes, uh);
-        h.crc = 0;
-        memcpy(buf, &h, sizeof(h));
-        h.crc = tw_rel_crc(buf, sizeof(h) + uh, m->data + off, n);
-        memcpy(buf + offsetof(tw_rel_hdr_t, crc), &h.crc, sizeof(h.crc));
-        st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, buf, sizeof(h) + uh,
-                            m->data + off, n);
+        if (m->nfrags == 1 && p->nooo == 0) {
+            /* The short form: no ack bits to carry (nothing is held). */
+            f.s.version = TW_REL_VERSION;
+            f.s.flags = TW_REL_F_ACK;
+            f.s.am_id = m->am_id;
+            f.s.path = (uint8_t)g;
+            f.s.hdr_len = (uint16_t)uh;
+            f.s.reserved = 0;
+            f.s.seq = seq;
+            f.s.ack_base = p->rcv_nxt;
+            f.s.epochs = tw_rel_epochs(rel->epoch, p->epoch);
+            memcpy(f.bytes + sizeof(f.s), m->bytes, uh);
+            f.s.crc = tw_rel_short_crc(f.bytes, sizeof(f.s) + uh, m->data, n);
+            st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_SDATA, f.bytes,
+                                sizeof(f.s) + uh, m->data, n);
+        } else {
+            tw_rel_hdr_init(rel, p, &f.h, TW_REL_T_DATA, g);
+            f.h.am_id = m->am_id;
+            f.h.hdr_len = (uint16_t)uh;
+            f.h.seq = seq;
+            f.h.frag = s->frag;
+            f.h.nfrags = m->nfrags;
+            f.h.msg_len = m->len;
+            f.h.offset = off;
+            f.h.len = (uint32_t)n;
+            memcpy(f.bytes + sizeof(f.h), m->bytes, uh);
+            f.h.crc = tw_rel_crc(f.bytes, sizeof(f.h) + uh, m->data + off, n);
+            st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, f.bytes,
+                                sizeof(f.h) + uh, m->data + off, n);
+        }
         if (st == TW_OK || st == TW_ERR_AGAIN) {
             break;
         }
@@ -655,6 +697,7 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
         s->first_ns = now;
     }
     if (again) {
+        s->est = false;
         s->tries++;
         s->rto_ns = TW_MIN(s->rto_ns * 2, rel->cfg.rto_max_ns);
         tw_stats_inc(rel->stats, TW_REL_STAT_RETRANSMITS);
@@ -669,18 +712,28 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
     return TW_OK;
 }
 
+/* What the time a fragment is pushed with (tw_rel_push's @p now) is. */
+typedef enum {
+    TW_REL_STAMP_READ,   /* a clock reading made for this send: an RTT sample */
+    TW_REL_STAMP_LATEST, /* the peer's latest reading, made for this burst */
+    TW_REL_STAMP_EARLY   /* the peer's latest reading, possibly much older */
+} tw_rel_stamp_t;
+
 /* Move queued messages' fragments into the window while it has room.
  * Lock held. */
-static void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now, bool timed,
-                        tw_rel_todo_t *todo)
+static void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
+                        tw_rel_stamp_t stamp, tw_rel_todo_t *todo)
 {
     while (p->q_head != NULL && !p->down && p->snd_nxt - p->snd_una < TW_REL_WIN) {
         tw_rel_smsg_t *m = p->q_head;
         uint32_t seq = p->snd_nxt++;
         tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
 
-        *s = (tw_rel_slot_t){
-            .msg = m, .frag = m->issued++, .rto_ns = tw_rel_rto(rel, p), .timed = timed};
+        *s = (tw_rel_slot_t){.msg = m,
+                             .frag = m->issued++,
+                             .rto_ns = tw_rel_rto(rel, p),
+                             .timed = stamp == TW_REL_STAMP_READ,
+                             .est = stamp == TW_REL_STAMP_EARLY};
         if (m->issued == m->nfrags) {
             p->q_head = m->next;
             if (p->q_head == NULL) {
@@ -785,17 +838,44 @@ static void tw_rel_finish(tw_rel_t *rel, int peer, tw_rel_todo_t *todo)
 
 /* ---- acks --------------------------------------------------------------- */
 
-static void tw_rel_mark_acked(tw_rel_peer_t *p, tw_rel_slot_t *s, uint64_t now, tw_rel_todo_t *todo)
+/* The time an arrival is handled at, read from the clock only when
+ * something needs it exact (tw_rel_now): otherwise the peer's latest
+ * reading (made by an earlier arrival, a send that sampled the round
+ * trip, or a timer pass -- which runs at least every TW_REL_PROBE while
+ * anything drives progress). What may use that earlier reading errs on
+ * the safe side with it: an ack deadline comes early, not late; path and
+ * keepalive deadlines, which count seconds, come a little early. */
+typedef struct tw_rel_now {
+    uint64_t ns;
+    bool read;
+} tw_rel_now_t;
+
+static uint64_t tw_rel_now(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_now_t *t)
+{
+    if (!t->read) {
+        t->read = true;
+        t->ns = rel->clock();
+        p->clock_ns = TW_MAX(p->clock_ns, t->ns);
+    }
+    return t->ns;
+}
+
+/* Returns whether @p s was not acknowledged before. */
+static bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, tw_rel_now_t *t,
+                              tw_rel_todo_t *todo)
 {
     tw_rel_smsg_t *m = s->msg;
 
     if (m == NULL || s->acked) {
-        return;
+        return false;
     }
-    if (s->timed && s->tries == 0 && s->sent_ns != 0 && now > s->sent_ns) {
-        tw_rel_rtt_sample(p, now - s->sent_ns);
+    if (s->timed && s->tries == 0 && s->sent_ns != 0) {
+        uint64_t now = tw_rel_now(rel, p, t);
+        if (now > s->sent_ns) {
+            tw_rel_rtt_sample(p, now - s->sent_ns);
+        }
     }
-    p->progress_ns = now;
+    p->progress_ns = TW_MAX(p->progress_ns, t->ns);
     s->acked = true;
     s->msg = NULL;
     if (++m->acked == m->nfrags && !m->failing) {
@@ -805,31 +885,33 @@ static void tw_rel_mark_acked(tw_rel_peer_t *p, tw_rel_slot_t *s, uint64_t now, 
             m->next = p->pool; /* eager: nothing to complete, keep it */
             p->pool = m;
             p->npool++;
-            return;
+            return true;
         }
         m->status = TW_OK;
         m->next = todo->done;
         todo->done = m;
     }
+    return true;
 }
 
 /* Apply the ack fields of an arrival. Lock held. */
-static void tw_rel_ack_apply(tw_rel_t *rel, tw_rel_peer_t *p, const tw_rel_hdr_t *h, uint64_t now,
-                             tw_rel_todo_t *todo)
+static void tw_rel_ack_apply(tw_rel_t *rel, tw_rel_peer_t *p, const tw_rel_hdr_t *h,
+                             tw_rel_now_t *t, tw_rel_todo_t *todo)
 {
     uint32_t base = h->ack_base;
+    bool news = false;
 
     if (tw_seq_lt(p->snd_nxt, base)) {
         tw_stats_inc(rel->stats, TW_REL_STAT_BAD_FRAMES);
         return; /* acks what was never sent */
     }
     for (uint32_t seq = p->snd_una; tw_seq_lt(seq, base); seq++) {
-        tw_rel_mark_acked(p, &p->win[seq % TW_REL_WIN], now, todo);
+        news |= tw_rel_mark_acked(rel, p, &p->win[seq % TW_REL_WIN], t, todo);
     }
     for (uint32_t i = 0; i < TW_REL_WIN - 1 && h->ack_bits != 0; i++) {
         uint32_t seq = base + 1 + i;
         if ((h->ack_bits >> i & 1) && !tw_seq_lt(seq, p->snd_una) && tw_seq_lt(seq, p->snd_nxt)) {
-            tw_rel_mark_acked(p, &p->win[seq % TW_REL_WIN], now, todo);
+            news |= tw_rel_mark_acked(rel, p, &p->win[seq % TW_REL_WIN], t, todo);
         }
     }
     while (p->snd_una != p->snd_nxt && p->win[p->snd_una % TW_REL_WIN].acked) {
@@ -837,13 +919,14 @@ static void tw_rel_ack_apply(tw_rel_t *rel, tw_rel_peer_t *p, const tw_rel_hdr_t
         p->snd_una++;
     }
     /* Something new was acknowledged: the peer's timer restarts, on the
-     * oldest fragment still unacked. */
-    if (p->progress_ns == now) {
+     * oldest fragment still unacked -- from an exact reading, as an early
+     * deadline would resend it for nothing. */
+    if (news) {
         for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
             tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
             if (s->msg != NULL && !s->acked) {
                 if (s->sent_ns != 0) {
-                    s->due_ns = TW_MAX(s->due_ns, now + s->rto_ns);
+                    s->due_ns = TW_MAX(s->due_ns, tw_rel_now(rel, p, t) + s->rto_ns);
                 }
                 break;
             }
@@ -1166,7 +1249,8 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
         }
         return;
     }
-    if (h.src_epoch != p->epoch || h.dst_epoch != rel->epoch) {
+    if ((h.flags & TW_REL_F_SHORT) ? h.src_epoch != tw_rel_epochs(p->epoch, rel->epoch)
+                                   : h.src_epoch != p->epoch || h.dst_epoch != rel->epoch) {
         tw_stats_inc(rel->stats, TW_REL_STAT_STALE);
         if (tw_rel_should_log(rel)) {
             tw_warn("rel", "dropped a frame from another incarnation of rank %d or of this rank",
@@ -1180,30 +1264,27 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
         tw_stats_inc(rel->stats, TW_REL_STAT_STALE);
         return;
     }
-    /* A clock reading (24 ns here) only when this frame needs one: it
-     * acknowledges something new (round-trip sample, timer restart), or
-     * it is data and no ack is scheduled yet (the delayed-ack deadline),
-     * or it is control. Otherwise the peer's latest reading will do --
-     * for keepalive, which counts seconds, and for a stream's acks, whose
-     * first frame read it. */
-    bool precise = (h.type != TW_REL_T_DATA && h.type != TW_REL_T_ACK) ||
-                   (h.type == TW_REL_T_DATA && p->ack_due == 0) ||
-                   ((h.flags & TW_REL_F_ACK) && p->snd_una != p->snd_nxt &&
-                    (tw_seq_lt(p->snd_una, h.ack_base) || h.ack_bits != 0));
-    if (precise) {
-        now = rel->clock();
-        p->clock_ns = TW_MAX(p->clock_ns, now);
-    } else {
-        now = p->clock_ns;
+    /* A clock reading (17 ns here) only when this frame needs one
+     * (tw_rel_now): a round-trip sample, a timer restart, a resend
+     * decision, a control frame. */
+    tw_rel_now_t t = {.ns = p->clock_ns, .read = false};
+    if (h.type != TW_REL_T_DATA && h.type != TW_REL_T_ACK) {
+        (void)tw_rel_now(rel, p, &t);
     }
-    p->last_rx_ns = TW_MAX(p->last_rx_ns, now);
     p->rx_path = (uint8_t)path->index;
     if (h.flags & TW_REL_F_ACK) {
-        tw_rel_ack_apply(rel, p, &h, now, &todo);
+        tw_rel_ack_apply(rel, p, &h, &t, &todo);
     }
+    if (h.type == TW_REL_T_ACK && h.ack_bits != 0) {
+        (void)tw_rel_now(rel, p, &t); /* for tw_rel_nack_apply below */
+    }
+    now = t.ns;
+    p->last_rx_ns = TW_MAX(p->last_rx_ns, now);
+    p->pings = 0;
     switch (h.type) {
     case TW_REL_T_DATA:
-        tw_rel_data_arrived(rel, p, src, &h, (const unsigned char *)hdr + sizeof(h), data, now);
+        tw_rel_data_arrived(rel, p, src, &h, (const unsigned char *)hdr + hdr_len - h.hdr_len, data,
+                            now);
         break;
     case TW_REL_T_NACK:
         tw_rel_nack_apply(rel, p, src, &h, now, &todo);
@@ -1241,7 +1322,7 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
         break;
     }
     if (!p->down) {
-        tw_rel_push(rel, p, src, now, precise, &todo);
+        tw_rel_push(rel, p, src, now, t.read ? TW_REL_STAMP_READ : TW_REL_STAMP_EARLY, &todo);
     }
     pthread_mutex_unlock(&p->lock);
     tw_rel_finish(rel, src, &todo);
@@ -1371,7 +1452,12 @@ restart:;
             continue; /* waits for the oldest */
         }
         oldest = false;
-        if (s->due_ns <= now) {
+        if (s->due_ns <= now && s->est && !fresh) {
+            /* Sent at some time since sent_ns (TW_REL_STAMP_EARLY):
+             * its timeout runs from now. */
+            s->est = false;
+            s->due_ns = now + s->rto_ns;
+        } else if (s->due_ns <= now) {
             if (s->sent_ns != 0 && s->tries >= TW_REL_MIN_TRIES &&
                 tw_rel_since(now, TW_MAX(s->first_ns, p->progress_ns)) >=
                     rel->cfg.path_timeout_ns) {
@@ -1390,7 +1476,7 @@ restart:;
     if (p->down) {
         return UINT64_MAX;
     }
-    tw_rel_push(rel, p, peer, now, true, todo);
+    tw_rel_push(rel, p, peer, now, TW_REL_STAMP_READ, todo);
     if (p->ack_due != 0) {
         if (p->ack_due <= now) {
             (*events)++;
@@ -1404,7 +1490,12 @@ restart:;
     }
     if (peer != rel->rank && !p->left) {
         uint64_t silent = tw_rel_since(now, p->last_rx_ns);
-        if (silent >= rel->cfg.keepalive_ns * (uint64_t)rel->cfg.misses) {
+        /* Failed once silent that long with misses - 1 pings unanswered:
+         * last_rx_ns may be an earlier reading than the frame's arrival
+         * (tw_rel_now_t), so a pass after a long pause of progress
+         * pings first. */
+        if (silent >= rel->cfg.keepalive_ns * (uint64_t)rel->cfg.misses &&
+            p->pings + 1 >= (unsigned)rel->cfg.misses) {
             char what[96];
             snprintf(what, sizeof(what), "silent for %llu ms (keepalive %llu ms x %d)",
                      (unsigned long long)(silent / 1000000),
@@ -1415,6 +1506,7 @@ restart:;
         if (silent >= rel->cfg.keepalive_ns && now >= p->ping_due) {
             /* On every usable path: one that works is enough. */
             p->ping_due = now + rel->cfg.keepalive_ns;
+            p->pings++;
             for (unsigned g = 0; g < rel->npaths; g++) {
                 if ((p->reach & (uint8_t)~p->dead) >> g & 1 &&
                     tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_PING, (int)g, (uint32_t)(now >> 20)) ==
@@ -1630,16 +1722,28 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
         }
         p->q_tail = m;
         p->nmsgs++;
-        /* The clock starts the peer's retransmission timer when the
-         * window was empty; behind earlier fragments the latest reading
-         * will do (only the oldest one's deadline counts). */
+        /* Behind earlier fragments the latest reading will do (only the
+         * oldest one's deadline counts). A fragment that goes into an
+         * empty window starts the peer's retransmission timer: with an
+         * engine thread, that takes a clock reading (an early stamp
+         * would wake the engine for nothing); without one (manual
+         * progress), the peer's latest reading is its early stamp --
+         * usually made a moment ago, by the arrival this send answers --
+         * and the pass that finds it due times it from then on instead
+         * of resending it. Every TW_REL_SAMPLE_EVERY-th such send still
+         * reads the clock, for a round-trip sample. */
         bool empty = p->snd_una == p->snd_nxt;
         uint64_t now = p->clock_ns;
-        if (empty) {
+        tw_rel_stamp_t stamp = TW_REL_STAMP_LATEST;
+        if (empty && !rel->timer_used && p->srtt_ns != 0 && ++p->untimed < TW_REL_SAMPLE_EVERY) {
+            stamp = TW_REL_STAMP_EARLY;
+        } else if (empty) {
+            p->untimed = 0;
             now = rel->clock();
             p->clock_ns = TW_MAX(p->clock_ns, now);
+            stamp = TW_REL_STAMP_READ;
         }
-        tw_rel_push(rel, p, peer, now, empty, &todo);
+        tw_rel_push(rel, p, peer, now, stamp, &todo);
     }
     pthread_mutex_unlock(&p->lock);
     if (st != TW_OK) {

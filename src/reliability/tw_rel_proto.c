@@ -29,6 +29,19 @@ uint32_t tw_rel_crc(const void *frame, size_t hdr_len, const void *payload, size
     return crc;
 }
 
+uint32_t tw_rel_short_crc(const void *frame, size_t hdr_len, const void *payload, size_t len)
+{
+    const size_t skip = sizeof(uint32_t); /* the crc field */
+    uint32_t crc;
+
+    _Static_assert(offsetof(tw_rel_shdr_t, crc) == 0, "crc is the short header's first field");
+    crc = tw_crc32c(0, (const unsigned char *)frame + skip, hdr_len - skip);
+    if (len > 0) {
+        crc = tw_crc32c(crc, payload, len);
+    }
+    return crc;
+}
+
 uint8_t tw_rel_am_of(uint8_t type)
 {
     switch (type) {
@@ -51,10 +64,51 @@ static tw_rel_parse_t tw_rel_bad(const char **why, const char *what, tw_rel_pars
     return r;
 }
 
+/* The short DATA form: checked, then expanded. */
+static tw_rel_parse_t tw_rel_parse_short(const void *hdr, size_t hdr_len, const void *data,
+                                         size_t len, tw_rel_hdr_t *out, const char **why)
+{
+    tw_rel_shdr_t s;
+
+    if (hdr_len < sizeof(s)) {
+        return tw_rel_bad(why, "shorter than a short rel header", TW_REL_PARSE_BAD);
+    }
+    memcpy(&s, hdr, sizeof(s));
+    if (s.hdr_len != hdr_len - sizeof(s) || s.crc != tw_rel_short_crc(hdr, hdr_len, data, len)) {
+        return tw_rel_bad(why, "checksum mismatch", TW_REL_PARSE_CRC);
+    }
+    if (s.version != TW_REL_VERSION) {
+        return tw_rel_bad(why, "unsupported version", TW_REL_PARSE_BAD);
+    }
+    if (s.flags != TW_REL_F_ACK || s.reserved != 0) {
+        return tw_rel_bad(why, "reserved bits set", TW_REL_PARSE_BAD);
+    }
+    if (len > TW_REL_MAX_MSG || s.hdr_len > TW_REL_MAX_UHDR) {
+        return tw_rel_bad(why, "message or header too large", TW_REL_PARSE_BAD);
+    }
+    *out = (tw_rel_hdr_t){.version = s.version,
+                          .type = TW_REL_T_DATA,
+                          .flags = TW_REL_F_ACK | TW_REL_F_SHORT,
+                          .am_id = s.am_id,
+                          .path = s.path,
+                          .hdr_len = s.hdr_len,
+                          .src_epoch = s.epochs,
+                          .seq = s.seq,
+                          .ack_base = s.ack_base,
+                          .nfrags = 1,
+                          .msg_len = len,
+                          .len = (uint32_t)len};
+    return TW_REL_PARSE_OK;
+}
+
 tw_rel_parse_t tw_rel_parse(uint8_t am_id, const void *hdr, size_t hdr_len, const void *data,
                             size_t len, tw_rel_hdr_t *out, const char **why)
 {
     tw_rel_hdr_t h;
+
+    if (am_id == TW_REL_AM_SDATA && hdr != NULL && (len == 0 || data != NULL)) {
+        return tw_rel_parse_short(hdr, hdr_len, data, len, out, why);
+    }
 
     if (hdr == NULL || hdr_len < sizeof(h) || (len > 0 && data == NULL)) {
         return tw_rel_bad(why, "shorter than a rel header", TW_REL_PARSE_BAD);

@@ -10,6 +10,15 @@
  * ids tell frame classes apart (so that the lossy transport can fault each
  * class on its own); the header's type must agree with the id.
  *
+ * A fifth id, TW_REL_AM_SDATA, carries the common case in a short form: a
+ * whole message in one fragment whose sender holds nothing out of order
+ * (no selective ack bits). Its 24-byte tw_rel_shdr_t leaves out what that
+ * case fixes (fragment 0 of 1, offset 0, message length = frame length,
+ * no ack bitmap) and folds both incarnations into one word, so a small
+ * message -- shm's 64-byte cell header, this header, msg's 32-byte header
+ * and 8 payload bytes -- fits two cache lines, as it does without rel,
+ * instead of three. tw_rel_parse expands it into a tw_rel_hdr_t.
+ *
  * Fields are fixed-width, host order (every rank of a job runs the same
  * build), and every one is checked before use: tw_rel_parse is the only
  * way in, and it is fuzzed.
@@ -20,13 +29,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TW_REL_VERSION 1
+#define TW_REL_VERSION 2 /* 2: the short DATA form */
 
 /* Transport am ids of rel frames. */
-#define TW_REL_AM_DATA 16
-#define TW_REL_AM_ACK  17
-#define TW_REL_AM_NACK 18
-#define TW_REL_AM_CTRL 19
+#define TW_REL_AM_DATA  16
+#define TW_REL_AM_ACK   17
+#define TW_REL_AM_NACK  18
+#define TW_REL_AM_CTRL  19
+#define TW_REL_AM_SDATA 20 /* DATA in the short form (tw_rel_shdr_t) */
 
 enum {
     TW_REL_T_DATA = 1,  /* a fragment of a message, in sequence */
@@ -40,6 +50,10 @@ enum {
 };
 
 #define TW_REL_F_ACK 0x01u /* ack_base / ack_bits are valid */
+/* Never on the wire: tw_rel_parse marks a header it expanded from the
+ * short form; src_epoch then holds the folded word (tw_rel_epochs) and
+ * dst_epoch is 0. */
+#define TW_REL_F_SHORT 0x80u
 
 /* Upper messages: am id 0 is rel's own "goodbye", sent in sequence after
  * everything else at finalize. */
@@ -72,6 +86,33 @@ typedef struct tw_rel_hdr {
 
 _Static_assert(sizeof(tw_rel_hdr_t) == 64, "tw_rel_hdr_t is 64 bytes on the wire");
 
+/* The short DATA form (am id TW_REL_AM_SDATA). The checksum comes first
+ * and covers everything after it: the rest of this header, the upper
+ * header, the payload -- two runs, with no field to zero. */
+typedef struct tw_rel_shdr {
+    uint32_t crc;      /* CRC32C over the rest of the header, upper header, payload */
+    uint8_t version;   /* TW_REL_VERSION */
+    uint8_t flags;     /* TW_REL_F_ACK, always */
+    uint8_t am_id;     /* the upper layer's am id */
+    uint8_t path;      /* the sender's path index */
+    uint16_t hdr_len;  /* upper header bytes that follow */
+    uint16_t reserved; /* 0 */
+    uint32_t seq;      /* fragment sequence number */
+    uint32_t ack_base; /* every fragment before it arrived, none after it */
+    uint32_t epochs;   /* tw_rel_epochs(sender's incarnation, receiver's) */
+} tw_rel_shdr_t;
+
+_Static_assert(sizeof(tw_rel_shdr_t) == 24, "tw_rel_shdr_t is 24 bytes on the wire");
+
+/** Both incarnations in one word. A frame from another incarnation of
+ * its sender, or for another incarnation of its receiver, changes it
+ * whenever only one of the two differs (a rotation and an XOR are each
+ * one-to-one); when both differ it matches by chance 1 time in 2^32. */
+static inline uint32_t tw_rel_epochs(uint32_t src_epoch, uint32_t dst_epoch)
+{
+    return src_epoch ^ (dst_epoch << 16 | dst_epoch >> 16);
+}
+
 typedef enum {
     TW_REL_PARSE_OK,
     TW_REL_PARSE_CRC, /* the checksum does not match: corrupted on the way */
@@ -82,10 +123,14 @@ typedef enum {
  * ignored) followed by the upper header, @p hdr_len bytes in all. */
 uint32_t tw_rel_crc(const void *frame, size_t hdr_len, const void *payload, size_t len);
 
+/** The CRC32C a short frame must carry: @p frame is its tw_rel_shdr_t
+ * followed by the upper header, @p hdr_len bytes in all. */
+uint32_t tw_rel_short_crc(const void *frame, size_t hdr_len, const void *payload, size_t len);
+
 /** Check one arrival (transport am id, header bytes, payload) and copy its
- * rel header to @p out. On success the upper header is at
- * hdr + sizeof(tw_rel_hdr_t), out->hdr_len bytes. @p why names the
- * failure. */
+ * rel header to @p out (a short frame's expanded, with TW_REL_F_SHORT).
+ * On success the upper header is the last out->hdr_len bytes of @p hdr.
+ * @p why names the failure. */
 tw_rel_parse_t tw_rel_parse(uint8_t am_id, const void *hdr, size_t hdr_len, const void *data,
                             size_t len, tw_rel_hdr_t *out, const char **why);
 

@@ -498,6 +498,7 @@ static tw_status_t tw_ctx_open_one(tw_ctx_impl_t *impl, const tw_tl_ops_t *ops,
         return ops->iface_open(p, iface_p);
     }
     am_type[TW_REL_AM_DATA] = TW_FAULT_DATA;
+    am_type[TW_REL_AM_SDATA] = TW_FAULT_DATA;
     am_type[TW_REL_AM_ACK] = TW_FAULT_ACK;
     am_type[TW_REL_AM_NACK] = TW_FAULT_NACK;
     am_type[TW_REL_AM_CTRL] = TW_FAULT_CTRL;

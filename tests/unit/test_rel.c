@@ -144,7 +144,7 @@ static tw_status_t wire_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, 
     if (refuse[w->path] != TW_OK) {
         return refuse[w->path];
     }
-    if (am_id == TW_REL_AM_DATA) {
+    if (am_id == TW_REL_AM_DATA || am_id == TW_REL_AM_SDATA) {
         carried[w->path]++;
     }
     if (dark[w->path] || mute[iface->rank]) {
@@ -212,7 +212,8 @@ static tw_status_t wire_open(const tw_tl_params_t *params, tw_tl_iface_t **iface
                                                    .down_arg = params->peer_down_arg};
     /* rel's own ids: a transport may take them in on a polling worker */
     TWT_EQ(params->inline_am_ids, (1ull << TW_REL_AM_DATA) | (1ull << TW_REL_AM_ACK) |
-                                      (1ull << TW_REL_AM_NACK) | (1ull << TW_REL_AM_CTRL));
+                                      (1ull << TW_REL_AM_NACK) | (1ull << TW_REL_AM_CTRL) |
+                                      (1ull << TW_REL_AM_SDATA));
     *iface_p = &w->super;
     return TW_OK;
 }
@@ -468,19 +469,22 @@ static void case_end(void)
 
 /* ---- frame inspection ------------------------------------------------- */
 
+/* A data frame in either form (a whole small message goes short). */
+static bool is_data_frame(const frame_t *f)
+{
+    return f->am_id == TW_REL_AM_DATA || f->am_id == TW_REL_AM_SDATA;
+}
+
 static bool frame_hdr(const frame_t *f, tw_rel_hdr_t *h)
 {
-    if (f->hdr_len < sizeof(*h)) {
-        return false;
-    }
-    memcpy(h, f->bytes, sizeof(*h));
-    return true;
+    return tw_rel_parse(f->am_id, f->bytes, f->hdr_len, f->bytes + f->hdr_len, f->len, h, NULL) ==
+           TW_REL_PARSE_OK;
 }
 
 static bool is_data(const frame_t *f, uint32_t frag, uint32_t nfrags)
 {
     tw_rel_hdr_t h;
-    return f->am_id == TW_REL_AM_DATA && frame_hdr(f, &h) && h.frag == frag && h.nfrags == nfrags;
+    return is_data_frame(f) && frame_hdr(f, &h) && h.frag == frag && h.nfrags == nfrags;
 }
 
 /* Drop the first frame that @p match accepts, once. */
@@ -590,7 +594,7 @@ static void test_basic(void)
 static frame_t *kept;
 static bool keep_first_data(frame_t *f)
 {
-    if (kept == NULL && f->src == 0 && f->am_id == TW_REL_AM_DATA) {
+    if (kept == NULL && f->src == 0 && is_data_frame(f)) {
         kept = frame_copy(f->src, f->dst, f->path, f->am_id, f->bytes, f->hdr_len,
                           f->bytes + f->hdr_len, f->len);
     }
@@ -621,63 +625,97 @@ static void test_dup_after_completion(void)
     case_end();
 }
 
-/* Flip a bit of the checksum field of the first data frame. */
+/* Flip a bit of the checksum field of the first data frame, in the form
+ * @p crc_form expects. */
+static uint8_t crc_form;
+static bool crc_done;
 static bool corrupt_crc_once(frame_t *f)
 {
-    static bool done;
-    if (!done && f->src == 0 && f->am_id == TW_REL_AM_DATA) {
-        done = true;
-        f->bytes[offsetof(tw_rel_hdr_t, crc)] ^= 0x10;
+    if (!crc_done && f->src == 0 && f->am_id == crc_form) {
+        crc_done = true;
+        f->bytes[crc_form == TW_REL_AM_SDATA ? offsetof(tw_rel_shdr_t, crc)
+                                             : offsetof(tw_rel_hdr_t, crc)] ^= 0x10;
     }
     return true;
 }
 
-static void test_crc_field(void)
+/* @p len: 100 bytes go in one short frame, LEN3 in three long ones. */
+static void test_crc_field(size_t len)
 {
     tw_rel_cfg_t cfg = test_cfg();
 
-    case_begin("corrupt checksum field");
+    case_begin(len == 100 ? "corrupt checksum field (short form)"
+                          : "corrupt checksum field (long form)");
     sides_open(&cfg, 1);
+    crc_form = len == 100 ? TW_REL_AM_SDATA : TW_REL_AM_DATA;
+    crc_done = false;
     filter = corrupt_crc_once;
-    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    TWT_CHECK(send_msg(0, len) == TW_OK);
     want_delivered = 1;
     TWT_CHECK(pump(2000, all_delivered));
     TWT_CHECK(pump(50, NULL));
     TWT_EQ(sides[1].delivered, 1u);
     TWT_EQ(stat(1, TW_REL_STAT_CRC_FAILURES), 1u);
-    TWT_EQ(stat(1, TW_REL_STAT_NACKS_SENT), 1u);
+    /* The checksum failure draws a NACK, which resends fragment 0. In
+     * the long form fragments 1 and 2 arrive after the lost one and are
+     * held: the gap draws the second NACK, its resend is suppressed (the
+     * fragment went out less than a round trip ago). */
+    TWT_EQ(stat(1, TW_REL_STAT_NACKS_SENT), len == 100 ? 1u : 2u);
+    TWT_EQ(stat(1, TW_REL_STAT_OUT_OF_ORDER), len == 100 ? 0u : 2u);
     TWT_EQ(stat(0, TW_REL_STAT_RETRANSMITS), 1u);
     TWT_EQ(stat(1, TW_REL_STAT_DUPLICATES), 0u);
     case_end();
 }
 
-/* A well-formed data frame from rank 0's incarnation @p epoch0 to rank 1. */
-static void inject_data(uint32_t seq, uint32_t src_epoch, uint32_t dst_epoch)
+/* A well-formed data frame from rank 0's incarnation @p src_epoch to rank
+ * 1's @p dst_epoch, in the long form or the short one (@p sform). */
+static void inject_frame(bool sform, uint32_t seq, uint32_t src_epoch, uint32_t dst_epoch)
 {
-    unsigned char buf[sizeof(tw_rel_hdr_t) + UHDR] = {0};
+    union {
+        tw_rel_hdr_t h;
+        tw_rel_shdr_t s;
+    } u;
+    size_t hl = sform ? sizeof(u.s) : sizeof(u.h), skip = sform ? sizeof(u.s.crc) : 0;
+    unsigned char buf[sizeof(tw_rel_hdr_t) + UHDR];
     unsigned char data[16];
-    tw_rel_hdr_t h = {.version = TW_REL_VERSION,
-                      .type = TW_REL_T_DATA,
-                      .am_id = 7,
-                      .hdr_len = UHDR,
-                      .src_epoch = src_epoch,
-                      .dst_epoch = dst_epoch,
-                      .seq = seq,
-                      .nfrags = 1,
-                      .msg_len = sizeof(data),
-                      .len = sizeof(data)};
-    memset(data, 0xee, sizeof(data));
-    memset(buf + sizeof(h), 0x3c, UHDR);
-    memcpy(buf, &h, sizeof(h));
-    h.crc = tw_rel_crc(buf, sizeof(buf), data, sizeof(data));
-    /* The wire format's definition: CRC32C over the header with crc = 0,
-     * the upper header and the payload, in one run. */
     unsigned char whole[sizeof(buf) + sizeof(data)];
-    memcpy(whole, buf, sizeof(buf));
-    memcpy(whole + sizeof(buf), data, sizeof(data));
-    TWT_EQ(h.crc, tw_crc32c(0, whole, sizeof(whole)));
-    memcpy(buf, &h, sizeof(h));
-    tw_rel_inject(sides[1].rel, 0, 0, TW_REL_AM_DATA, buf, sizeof(buf), data, sizeof(data));
+    uint32_t crc;
+
+    memset(&u, 0, sizeof(u));
+    if (sform) {
+        u.s = (tw_rel_shdr_t){.version = TW_REL_VERSION,
+                              .flags = TW_REL_F_ACK,
+                              .am_id = 7,
+                              .hdr_len = UHDR,
+                              .seq = seq,
+                              .epochs = tw_rel_epochs(src_epoch, dst_epoch)};
+    } else {
+        u.h = (tw_rel_hdr_t){.version = TW_REL_VERSION,
+                             .type = TW_REL_T_DATA,
+                             .am_id = 7,
+                             .hdr_len = UHDR,
+                             .src_epoch = src_epoch,
+                             .dst_epoch = dst_epoch,
+                             .seq = seq,
+                             .nfrags = 1,
+                             .msg_len = sizeof(data),
+                             .len = sizeof(data)};
+    }
+    memset(data, 0xee, sizeof(data));
+    memcpy(buf, &u, hl);
+    memset(buf + hl, 0x3c, UHDR);
+    crc = sform ? tw_rel_short_crc(buf, hl + UHDR, data, sizeof(data))
+                : tw_rel_crc(buf, hl + UHDR, data, sizeof(data));
+    /* The wire format's definition: CRC32C over the header (the long
+     * form's with crc = 0, the short form's after its crc field), the
+     * upper header and the payload, in one run. */
+    memcpy(whole, buf, hl + UHDR);
+    memcpy(whole + hl + UHDR, data, sizeof(data));
+    TWT_EQ(crc, tw_crc32c(0, whole + skip, hl + UHDR + sizeof(data) - skip));
+    memcpy(buf + (sform ? offsetof(tw_rel_shdr_t, crc) : offsetof(tw_rel_hdr_t, crc)), &crc,
+           sizeof(crc));
+    tw_rel_inject(sides[1].rel, 0, 0, sform ? TW_REL_AM_SDATA : TW_REL_AM_DATA, buf, hl + UHDR,
+                  data, sizeof(data));
 }
 
 static void test_far_and_stale(void)
@@ -693,14 +731,25 @@ static void test_far_and_stale(void)
     e0 = tw_rel_epoch(sides[0].rel);
     e1 = tw_rel_epoch(sides[1].rel);
     TWT_CHECK(e0 != old_e0);
-    inject_data(1000, e0, e1);
+    inject_frame(false, 1000, e0, e1);
     TWT_EQ(stat(1, TW_REL_STAT_OUT_OF_WINDOW), 1u);
-    inject_data((uint32_t)-1000, e0, e1);
+    inject_frame(false, (uint32_t)-1000, e0, e1);
     TWT_EQ(stat(1, TW_REL_STAT_DUPLICATES), 1u);
-    inject_data(0, old_e0, e1); /* the right sequence number, the old sender */
+    inject_frame(false, 0, old_e0, e1); /* the right sequence number, the old sender */
     TWT_EQ(stat(1, TW_REL_STAT_STALE), 1u);
-    inject_data(0, e0, e1 ^ 1); /* meant for another incarnation of us */
+    inject_frame(false, 0, e0, e1 ^ 1); /* meant for another incarnation of us */
     TWT_EQ(stat(1, TW_REL_STAT_STALE), 2u);
+    /* the same in the short form */
+    inject_frame(true, 1000, e0, e1);
+    TWT_EQ(stat(1, TW_REL_STAT_OUT_OF_WINDOW), 2u);
+    inject_frame(true, (uint32_t)-1000, e0, e1);
+    TWT_EQ(stat(1, TW_REL_STAT_DUPLICATES), 2u);
+    inject_frame(true, 0, old_e0, e1);
+    TWT_EQ(stat(1, TW_REL_STAT_STALE), 3u);
+    inject_frame(true, 0, e0, e1 ^ 1);
+    TWT_EQ(stat(1, TW_REL_STAT_STALE), 4u);
+    inject_frame(true, 0, e0 ^ 1, e1 ^ 1); /* both changed: still not ours */
+    TWT_EQ(stat(1, TW_REL_STAT_STALE), 5u);
     TWT_EQ(sides[1].delivered, 0u);
     /* and the real sequence still flows */
     TWT_CHECK(send_msg(0, 100) == TW_OK);
@@ -958,6 +1007,75 @@ static void test_nopath(void)
     case_end();
 }
 
+/* In manual progress a send into an empty window is stamped with the
+ * peer's latest clock reading (here: the ack of the message before): the
+ * pass that finds it due times it from then on, so its first timeout
+ * comes between one and two TW_REL_RTO after the send -- also when that
+ * reading is much older than the send. */
+static void test_early_stamp(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+    int rto_ms = (int)(cfg.rto_ns / 1000000);
+
+    case_begin("a send stamped with an earlier reading: timed from the pass");
+    sides_open(&cfg, 1);
+    /* The first send reads the clock (no round-trip sample yet); its ack
+     * gives the sample. */
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    TWT_CHECK(pump(5, NULL));
+    dark[0] = true;
+    TWT_CHECK(send_msg(0, 100) == TW_OK); /* lost */
+    TWT_CHECK(pump(rto_ms + 5, NULL));    /* a clock read at the send would resend by now */
+    TWT_EQ(stat(0, TW_REL_STAT_RETRANSMITS), 0u);
+    TWT_CHECK(pump(rto_ms, NULL));
+    TWT_EQ(stat(0, TW_REL_STAT_RETRANSMITS), 1u);
+    dark[0] = false;
+    want_delivered = 2;
+    TWT_CHECK(pump(500, all_delivered));
+    TWT_CHECK(pump(5, NULL));
+    uint64_t resent = stat(0, TW_REL_STAT_RETRANSMITS);
+    /* A pause: no pass runs, rank 0's latest reading ages by 10 RTO. */
+    vnow += 10 * cfg.rto_ns;
+    dark[0] = true;
+    TWT_CHECK(send_msg(0, 100) == TW_OK); /* lost */
+    TWT_CHECK(pump(2, NULL));             /* passes ran: due, stamped, not resent */
+    TWT_EQ(stat(0, TW_REL_STAT_RETRANSMITS), resent);
+    TWT_CHECK(pump(rto_ms + 2, NULL));
+    TWT_EQ(stat(0, TW_REL_STAT_RETRANSMITS), resent + 1);
+    dark[0] = false;
+    want_delivered = 3;
+    TWT_CHECK(pump(500, all_delivered));
+    TWT_EQ(sides[1].bad, 0u);
+    TWT_EQ(stat(1, TW_REL_STAT_DUPLICATES), 0u);
+    case_end();
+}
+
+/* After a pause of progress longer than the keepalive bound, both sides
+ * see the other as silent -- from readings older than the frames that
+ * arrive first: they ping before they fail anyone. */
+static void test_pause(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin("a pause longer than the keepalive bound: ping first, fail nobody");
+    cfg.keepalive_ns = 50000000; /* 50 ms x 3 */
+    cfg.misses = 3;
+    sides_open(&cfg, 1);
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    want_delivered = 1;
+    TWT_CHECK(pump(100, all_delivered));
+    vnow += 1000000000ull; /* 1 s, 20 x the keepalive */
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    want_delivered = 2;
+    TWT_CHECK(pump(100, all_delivered));
+    TWT_CHECK(pump(300, NULL));
+    TWT_EQ(sides[0].downs + sides[1].downs, 0);
+    TWT_EQ(stat(0, TW_REL_STAT_PEER_FAILURES) + stat(1, TW_REL_STAT_PEER_FAILURES), 0u);
+    TWT_CHECK(stat(0, TW_REL_STAT_PINGS) > 0 && stat(1, TW_REL_STAT_PINGS) > 0);
+    TWT_EQ(sides[1].bad, 0u);
+    case_end();
+}
+
 static void test_keepalive(void)
 {
     tw_rel_cfg_t cfg = test_cfg();
@@ -1005,7 +1123,8 @@ int main(int argc, char **argv)
         case_end();
     }
     test_dup_after_completion();
-    test_crc_field();
+    test_crc_field(100);
+    test_crc_field(LEN3);
     test_far_and_stale();
     test_wrap();
     test_corrupt((int)twt_scaled(4000, 500), 12000);
@@ -1013,6 +1132,8 @@ int main(int argc, char **argv)
     test_fornow();
     test_nopath();
     test_keepalive();
+    test_early_stamp();
+    test_pause();
     printf("rel: all cases passed\n");
     return 0;
 }
