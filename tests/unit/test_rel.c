@@ -1053,14 +1053,19 @@ static void test_early_stamp(void)
 /* After a pause of progress longer than the keepalive bound, both sides
  * see the other as silent -- from readings older than the frames that
  * arrive first: they ping before they fail anyone. */
-static void test_pause(void)
+static void keepalive_open(const char *name)
 {
     tw_rel_cfg_t cfg = test_cfg();
 
-    case_begin("a pause longer than the keepalive bound: ping first, fail nobody");
+    case_begin(name);
     cfg.keepalive_ns = 50000000; /* 50 ms x 3 */
     cfg.misses = 3;
     sides_open(&cfg, 1);
+}
+
+static void test_pause(void)
+{
+    keepalive_open("a pause longer than the keepalive bound: ping first, fail nobody");
     TWT_CHECK(send_msg(0, 100) == TW_OK);
     want_delivered = 1;
     TWT_CHECK(pump(100, all_delivered));
@@ -1078,12 +1083,7 @@ static void test_pause(void)
 
 static void test_keepalive(void)
 {
-    tw_rel_cfg_t cfg = test_cfg();
-
-    case_begin("keepalive: a hung peer");
-    cfg.keepalive_ns = 50000000; /* 50 ms x 3 */
-    cfg.misses = 3;
-    sides_open(&cfg, 1);
+    keepalive_open("keepalive: a hung peer");
     TWT_CHECK(pump(400, NULL)); /* pings answered: nobody fails */
     TWT_EQ(sides[0].downs + sides[1].downs, 0);
     TWT_CHECK(stat(0, TW_REL_STAT_PINGS) > 0);
