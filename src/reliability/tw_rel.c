@@ -145,8 +145,12 @@
  *
  * ## Locking
  * Each peer has a pthread mutex. It is the one lock on the reliable
- * small-message path (taken once per send, twice per arrival; with
- * reliability off the path has none): its critical sections call the
+ * small-message path (taken once per send and once per arrival; with
+ * reliability off the path has none): a lone in-order arrival is handed
+ * up after the lock is released, and its deliverer leaves with one
+ * compare-and-swap on the peer's dstate word unless another arrival
+ * queued work for it meanwhile (then it takes the lock again and hands
+ * that up too). Its critical sections call the
  * transport (a tcp write is a syscall), too long for a spinlock that
  * may share its CPU with the holder. A try-lock count found it
  * uncontended in the pinned benchmarks. The one syscall that path may
@@ -279,7 +283,10 @@ static const tw_stat_desc_t tw_rel_stat_descs[TW_REL_STAT_COUNT] = {
     [TW_REL_STAT_AGAIN] = {"again", TW_STAT_COUNTER},
 };
 
-/* An upper message being sent; upper header, then (eager) the payload. */
+/* An upper message being sent: room for a rel header (TW_REL_ROOM), the
+ * upper header, then (eager) the payload -- so a first fragment's frame
+ * header is built in place, in front of the upper header, not copied. */
+#define TW_REL_ROOM sizeof(tw_rel_hdr_t)
 typedef struct tw_rel_smsg {
     struct tw_rel_smsg *next; /* send queue, then the completion list */
     tw_tl_comp_t *comp;       /* zcopy: runs once every fragment is acked */
@@ -291,7 +298,7 @@ typedef struct tw_rel_smsg {
     bool failing;       /* already on a failure list */
     uint16_t hdr_len;
     uint8_t am_id;
-    unsigned char bytes[];
+    _Alignas(8) unsigned char bytes[]; /* TW_REL_ROOM, upper header, payload */
 } tw_rel_smsg_t;
 
 /* A fragment in the send window (in use while its seq is in [una, nxt)). */
@@ -338,7 +345,11 @@ typedef struct tw_rel_peer {
     tw_rel_held_t *reasm; /* the message being put together */
     uint32_t reasm_next;
     tw_rel_held_t *dq_head, *dq_tail; /* complete, in order, for the deliverer */
-    bool delivering;
+    /* Who hands messages up (TW_REL_DELIVERING): one thread at a time.
+     * Changed under the lock, except that the deliverer of a lone
+     * arrival leaves without it (tw_rel_deliverer_exit); TW_REL_PENDING:
+     * work was queued for it meanwhile, so it must look again. */
+    _Atomic unsigned dstate;
     bool engine_drain; /* dq's head runs user code: an engine hands it up */
     unsigned ack_owed;
     uint64_t ack_due; /* 0: no ack scheduled */
@@ -460,8 +471,11 @@ static void tw_rel_timer_at(tw_rel_t *rel, uint64_t due)
 {
     struct itimerspec its = {{0, 0}, {0, 0}};
 
+    if (!rel->timer_used) {
+        return;
+    }
     due = due > UINT64_MAX - TW_REL_TIMER_SLACK ? UINT64_MAX : due + TW_REL_TIMER_SLACK;
-    if (due >= atomic_load_explicit(&rel->armed_at, memory_order_relaxed) || !rel->timer_used) {
+    if (due >= atomic_load_explicit(&rel->armed_at, memory_order_relaxed)) {
         return;
     }
     pthread_mutex_lock(&rel->arm_lock);
@@ -630,15 +644,8 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
                                   uint32_t seq, uint64_t now, tw_rel_todo_t *todo)
 {
     bool again = s->sent_ns != 0; /* a retransmission (on this path or another) */
-    /* The frame is built in place, field by field: a header built on the
-     * side and copied in would be read back in wider loads than its
-     * fields were written with, which stalls store forwarding. */
-    union {
-        tw_rel_hdr_t h;
-        tw_rel_shdr_t s;
-        unsigned char bytes[sizeof(tw_rel_hdr_t) + TW_REL_MAX_UHDR];
-    } f;
     tw_rel_smsg_t *m = s->msg;
+    unsigned char *room = m->bytes + TW_REL_ROOM; /* the upper header; frame headers end here */
     size_t cap = rel->frag_cap, first = cap - m->hdr_len;
     size_t off = s->frag == 0 ? 0 : first + (size_t)(s->frag - 1) * cap;
     size_t n = TW_MIN(s->frag == 0 ? first : cap, m->len - off);
@@ -651,35 +658,39 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
         if (g < 0 || p->down) {
             return TW_ERR_PEER_FAILED;
         }
+        /* The frame header goes right before the upper header, field by
+         * field (one built aside and copied in would be read back in
+         * wider loads than it was written with: store-forwarding
+         * stalls). The transport copies the frame before it returns. */
         if (m->nfrags == 1 && p->nooo == 0) {
             /* The short form: no ack bits to carry (nothing is held). */
-            f.s.version = TW_REL_VERSION;
-            f.s.flags = TW_REL_F_ACK;
-            f.s.am_id = m->am_id;
-            f.s.path = (uint8_t)g;
-            f.s.hdr_len = (uint16_t)uh;
-            f.s.reserved = 0;
-            f.s.seq = seq;
-            f.s.ack_base = p->rcv_nxt;
-            f.s.epochs = tw_rel_epochs(rel->epoch, p->epoch);
-            memcpy(f.bytes + sizeof(f.s), m->bytes, uh);
-            f.s.crc = tw_rel_short_crc(f.bytes, sizeof(f.s) + uh, m->data, n);
-            st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_SDATA, f.bytes,
-                                sizeof(f.s) + uh, m->data, n);
+            tw_rel_shdr_t *f = (tw_rel_shdr_t *)(void *)(room - sizeof(*f));
+            f->version = TW_REL_VERSION;
+            f->flags = TW_REL_F_ACK;
+            f->am_id = m->am_id;
+            f->path = (uint8_t)g;
+            f->hdr_len = (uint16_t)uh;
+            f->reserved = 0;
+            f->seq = seq;
+            f->ack_base = p->rcv_nxt;
+            f->epochs = tw_rel_epochs(rel->epoch, p->epoch);
+            f->crc = tw_rel_short_crc(f, sizeof(*f) + uh, m->data, n);
+            st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_SDATA, f, sizeof(*f) + uh,
+                                m->data, n);
         } else {
-            tw_rel_hdr_init(rel, p, &f.h, TW_REL_T_DATA, g);
-            f.h.am_id = m->am_id;
-            f.h.hdr_len = (uint16_t)uh;
-            f.h.seq = seq;
-            f.h.frag = s->frag;
-            f.h.nfrags = m->nfrags;
-            f.h.msg_len = m->len;
-            f.h.offset = off;
-            f.h.len = (uint32_t)n;
-            memcpy(f.bytes + sizeof(f.h), m->bytes, uh);
-            f.h.crc = tw_rel_crc(f.bytes, sizeof(f.h) + uh, m->data + off, n);
-            st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, f.bytes,
-                                sizeof(f.h) + uh, m->data + off, n);
+            tw_rel_hdr_t *f = (tw_rel_hdr_t *)(void *)(room - sizeof(*f));
+            tw_rel_hdr_init(rel, p, f, TW_REL_T_DATA, g);
+            f->am_id = m->am_id;
+            f->hdr_len = (uint16_t)uh;
+            f->seq = seq;
+            f->frag = s->frag;
+            f->nfrags = m->nfrags;
+            f->msg_len = m->len;
+            f->offset = off;
+            f->len = (uint32_t)n;
+            f->crc = tw_rel_crc(f, sizeof(*f) + uh, m->data + off, n);
+            st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, f, sizeof(*f) + uh,
+                                m->data + off, n);
         }
         if (st == TW_OK || st == TW_ERR_AGAIN) {
             break;
@@ -880,7 +891,7 @@ static bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s,
     s->msg = NULL;
     if (++m->acked == m->nfrags && !m->failing) {
         p->nmsgs--;
-        if (m->comp == NULL && m->alloc_len == sizeof(*m) + TW_REL_SMALL &&
+        if (m->comp == NULL && m->alloc_len == sizeof(*m) + TW_REL_ROOM + TW_REL_SMALL &&
             p->npool < TW_REL_POOL) {
             m->next = p->pool; /* eager: nothing to complete, keep it */
             p->pool = m;
@@ -1068,6 +1079,31 @@ static bool tw_rel_may_deliver(const tw_rel_t *rel, uint8_t am_id)
     return !tw_rel_in_worker || (am_id < 64 && (rel->up_inline >> am_id & 1));
 }
 
+#define TW_REL_DELIVERING 1u
+#define TW_REL_PENDING    2u
+
+/* Become the peer's deliverer, or leave the work just queued to the one
+ * there is (marked pending: it looks again before it leaves). Lock held. */
+static bool tw_rel_deliverer_enter(tw_rel_peer_t *p)
+{
+    unsigned cur = atomic_load_explicit(&p->dstate, memory_order_relaxed);
+    unsigned want;
+
+    do {
+        want = (cur & TW_REL_DELIVERING) ? cur | TW_REL_PENDING : TW_REL_DELIVERING;
+    } while (!atomic_compare_exchange_weak_explicit(&p->dstate, &cur, want, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    return !(cur & TW_REL_DELIVERING);
+}
+
+/* The deliverer leaves, everything queued handed up (tw_rel_drain
+ * returned): whoever queued more did so under the lock, before the drain
+ * saw the queues empty. Lock held. */
+static void tw_rel_deliverer_leave(tw_rel_peer_t *p)
+{
+    atomic_store_explicit(&p->dstate, 0, memory_order_release);
+}
+
 /* Fragments are held past rcv_nxt, which is missing: NACK it, once per
  * gap. Lock held. */
 static void tw_rel_nack_gap(tw_rel_t *rel, tw_rel_peer_t *p, int peer)
@@ -1144,8 +1180,11 @@ static void tw_rel_drain(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now
     }
 }
 
-/* A DATA frame passed its checks. Lock held (dropped while handing up). */
-static void tw_rel_data_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
+/* A DATA frame passed its checks. Returns true when this thread is to
+ * hand it up itself, straight from the transport's buffer, once it has
+ * released the lock (tw_rel_recv_cb), and then leave as the deliverer
+ * (tw_rel_deliverer_exit). Lock held (dropped while handing up others). */
+static bool tw_rel_data_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
                                 const unsigned char *uhdr, const unsigned char *data, uint64_t now)
 {
     int32_t d = (int32_t)(h->seq - p->rcv_nxt);
@@ -1154,7 +1193,7 @@ static void tw_rel_data_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const
         /* Had it: our ack was lost or is late. Say so again, now. */
         tw_stats_inc(rel->stats, TW_REL_STAT_DUPLICATES);
         (void)tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_ACK, -1, 0);
-        return;
+        return false;
     }
     if ((uint32_t)d >= TW_REL_WIN) {
         tw_stats_inc(rel->stats, TW_REL_STAT_OUT_OF_WINDOW);
@@ -1162,18 +1201,18 @@ static void tw_rel_data_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const
             tw_warn("rel", "rank %d sent fragment %u, %d past the window: dropped", peer, h->seq,
                     d);
         }
-        return;
+        return false;
     }
     if (d > 0) {
         tw_rel_held_t **slot = &p->ooo[h->seq % TW_REL_WIN];
         if (*slot != NULL) {
             tw_stats_inc(rel->stats, TW_REL_STAT_DUPLICATES);
             (void)tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_ACK, -1, 0);
-            return;
+            return false;
         }
         tw_rel_held_t *held = tw_rel_held_new(rel, h, h->hdr_len + h->len);
         if (held == NULL) {
-            return; /* as if lost: it comes again */
+            return false; /* as if lost: it comes again */
         }
         memcpy(held->bytes, uhdr, h->hdr_len);
         memcpy(held->bytes + h->hdr_len, data, h->len);
@@ -1185,29 +1224,47 @@ static void tw_rel_data_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const
         } else {
             tw_rel_ack_note(rel, p, peer, h, now);
         }
-        return;
+        return false;
     }
     p->rcv_nxt++;
-    if (!p->delivering && p->dq_head == NULL && p->reasm == NULL && h->nfrags == 1 &&
-        h->am_id != TW_REL_BYE_AM && tw_rel_may_deliver(rel, h->am_id)) {
-        /* In order and alone: straight up from the transport's buffer. */
-        p->delivering = true;
+    if (atomic_load_explicit(&p->dstate, memory_order_relaxed) == 0 && p->dq_head == NULL &&
+        p->reasm == NULL && h->nfrags == 1 && h->am_id != TW_REL_BYE_AM &&
+        tw_rel_may_deliver(rel, h->am_id)) {
+        /* In order and alone: straight up from the transport's buffer,
+         * by this thread, after the lock. Nobody delivers, so nobody
+         * but lock holders touches dstate. Fragments held behind this
+         * one are now in order: the deliverer looks at them after. */
+        atomic_store_explicit(&p->dstate, TW_REL_DELIVERING | (p->nooo > 0 ? TW_REL_PENDING : 0),
+                              memory_order_relaxed);
         tw_rel_ack_note(rel, p, peer, h, now);
         tw_rel_count(&p->n_delivered);
-        pthread_mutex_unlock(&p->lock);
-        rel->up_recv(rel->up_arg, peer, h->am_id, uhdr, h->hdr_len, data, h->len);
-        pthread_mutex_lock(&p->lock);
-        tw_rel_drain(rel, p, peer, now);
-        p->delivering = false;
-        return;
+        return true;
     }
     tw_rel_consume(rel, p, peer, h, uhdr, data, NULL);
     tw_rel_ack_note(rel, p, peer, h, now);
-    if (!p->delivering) {
-        p->delivering = true;
+    if (tw_rel_deliverer_enter(p)) {
         tw_rel_drain(rel, p, peer, now);
-        p->delivering = false;
+        tw_rel_deliverer_leave(p);
     }
+    return false;
+}
+
+/* The deliverer of a lone arrival handed it up without the lock: it
+ * leaves, unless work was queued for it meanwhile -- then it hands that
+ * up too. Lock not held. */
+static void tw_rel_deliverer_exit(tw_rel_t *rel, tw_rel_peer_t *p, int peer)
+{
+    unsigned cur = TW_REL_DELIVERING;
+
+    if (atomic_compare_exchange_strong_explicit(&p->dstate, &cur, 0, memory_order_acq_rel,
+                                                memory_order_relaxed)) {
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    atomic_store_explicit(&p->dstate, TW_REL_DELIVERING, memory_order_relaxed); /* looking now */
+    tw_rel_drain(rel, p, peer, p->clock_ns);
+    tw_rel_deliverer_leave(p);
+    pthread_mutex_unlock(&p->lock);
 }
 
 /* Transport arrival callback (recv_arg = the path). Thread: an engine. */
@@ -1218,6 +1275,8 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
     tw_rel_t *rel = path->rel;
     tw_rel_todo_t todo = {0};
     const char *why = "?";
+    const unsigned char *uhdr;
+    bool up = false;
     tw_rel_hdr_t h;
     tw_rel_peer_t *p;
     uint64_t now;
@@ -1281,10 +1340,10 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
     now = t.ns;
     p->last_rx_ns = TW_MAX(p->last_rx_ns, now);
     p->pings = 0;
+    uhdr = (const unsigned char *)hdr + hdr_len - h.hdr_len;
     switch (h.type) {
     case TW_REL_T_DATA:
-        tw_rel_data_arrived(rel, p, src, &h, (const unsigned char *)hdr + hdr_len - h.hdr_len, data,
-                            now);
+        up = tw_rel_data_arrived(rel, p, src, &h, uhdr, data, now);
         break;
     case TW_REL_T_NACK:
         tw_rel_nack_apply(rel, p, src, &h, now, &todo);
@@ -1324,8 +1383,18 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
     if (!p->down) {
         tw_rel_push(rel, p, src, now, t.read ? TW_REL_STAMP_READ : TW_REL_STAMP_EARLY, &todo);
     }
+    if (up && p->down) {
+        /* It failed on the way (a path refused the push): what it sent
+         * and was not yet handed up is dropped. */
+        tw_rel_deliverer_leave(p);
+        up = false;
+    }
     pthread_mutex_unlock(&p->lock);
     tw_rel_finish(rel, src, &todo);
+    if (up) {
+        rel->up_recv(rel->up_arg, src, h.am_id, uhdr, h.hdr_len, data, h.len);
+        tw_rel_deliverer_exit(rel, p, src);
+    }
 }
 
 /* A frame a transport announced (rendezvous: tcp does so for large
@@ -1613,11 +1682,10 @@ static int tw_rel_progress(void *arg)
         for (int peer = 0; peer < rel->size; peer++) {
             tw_rel_peer_t *p = &rel->peers[peer];
             pthread_mutex_lock(&p->lock);
-            if (p->engine_drain && !p->delivering) {
+            if (p->engine_drain && tw_rel_deliverer_enter(p)) {
                 p->engine_drain = false;
-                p->delivering = true;
                 tw_rel_drain(rel, p, peer, rel->clock());
-                p->delivering = false;
+                tw_rel_deliverer_leave(p);
                 events++;
             }
             pthread_mutex_unlock(&p->lock);
@@ -1643,17 +1711,17 @@ static void tw_rel_smsg_fill(const tw_rel_t *rel, tw_rel_smsg_t *m, size_t alloc
                              bool copy, tw_tl_comp_t *comp)
 {
     *m = (tw_rel_smsg_t){.comp = comp,
-                         .data = copy ? m->bytes + hdr_len : data,
+                         .data = copy ? m->bytes + TW_REL_ROOM + hdr_len : data,
                          .len = len,
                          .alloc_len = alloc_len,
                          .nfrags = tw_rel_nfrags(rel, hdr_len, len),
                          .hdr_len = (uint16_t)hdr_len,
                          .am_id = am_id};
     if (hdr_len > 0) {
-        memcpy(m->bytes, hdr, hdr_len);
+        memcpy(m->bytes + TW_REL_ROOM, hdr, hdr_len);
     }
     if (copy && len > 0) {
-        memcpy(m->bytes + hdr_len, data, len);
+        memcpy(m->bytes + TW_REL_ROOM + hdr_len, data, len);
     }
 }
 
@@ -1661,7 +1729,7 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
                                size_t hdr_len, const void *data, size_t len, bool copy,
                                tw_tl_comp_t *comp, bool bye)
 {
-    size_t alloc_len = sizeof(tw_rel_smsg_t) + hdr_len + (copy ? len : 0);
+    size_t alloc_len = sizeof(tw_rel_smsg_t) + TW_REL_ROOM + hdr_len + (copy ? len : 0);
     tw_rel_todo_t todo = {0};
     tw_rel_peer_t *p;
     tw_rel_smsg_t *m;
@@ -1679,7 +1747,7 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
         /* Small eager message: one lock for everything, the copy too
          * (at most TW_REL_SMALL bytes); checked before any allocation, so
          * a sender that retries against a stalled peer costs nothing. */
-        alloc_len = sizeof(*m) + TW_REL_SMALL;
+        alloc_len = sizeof(*m) + TW_REL_ROOM + TW_REL_SMALL;
         pthread_mutex_lock(&p->lock);
         if (p->down || (p->left && !bye)) {
             st = TW_ERR_PEER_FAILED;

@@ -241,6 +241,11 @@ static void fill(unsigned char *p, size_t n, uint64_t idx)
     }
 }
 
+/* A frame handed to rank 1 from inside its own upcall: another arrival
+ * while the deliverer hands a message up without the lock. */
+static frame_t *reenter;
+static uint64_t reenter_delivered = UINT64_MAX; /* delivered count right after it */
+
 static void up_recv(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
                     const void *data, size_t len)
 {
@@ -259,6 +264,14 @@ static void up_recv(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     }
     s->next_in = idx + 1;
     s->delivered++;
+    if (reenter != NULL && s->rank == 1) {
+        frame_t *f = reenter;
+        endpoint_t *e = &eps[f->dst][f->path];
+        reenter = NULL;
+        e->recv(e->recv_arg, f->src, f->am_id, f->bytes, f->hdr_len, f->bytes + f->hdr_len, f->len);
+        reenter_delivered = s->delivered;
+        frame_free(f);
+    }
 }
 
 static void up_down(void *arg, int peer, tw_status_t why)
@@ -1050,6 +1063,48 @@ static void test_early_stamp(void)
     case_end();
 }
 
+/* As rank 0's first data frame goes to rank 1, take its second off the
+ * wire: rank 1 gets it from inside the upcall of the first. */
+static bool hold_second_data(frame_t *f)
+{
+    static bool done;
+    if (!done && f->src == 0 && is_data_frame(f)) {
+        for (frame_t **pp = &q_head, *prev = NULL; *pp != NULL; prev = *pp, pp = &(*pp)->next) {
+            if ((*pp)->src == 0 && is_data_frame(*pp)) {
+                reenter = *pp;
+                *pp = reenter->next;
+                if (q_tail == reenter) {
+                    q_tail = prev;
+                }
+                done = true;
+                break;
+            }
+        }
+    }
+    return true;
+}
+
+static void test_arrival_while_delivering(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin("an arrival while the deliverer hands one up: queued, handed up after it");
+    sides_open(&cfg, 1);
+    filter = hold_second_data;
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    want_delivered = 2;
+    TWT_CHECK(pump(100, all_delivered));
+    TWT_CHECK(reenter == NULL);
+    TWT_EQ(reenter_delivered, 1u); /* not handed up from inside the first upcall */
+    TWT_EQ(sides[1].delivered, 2u);
+    TWT_EQ(sides[1].bad, 0u);
+    TWT_CHECK(pump(50, NULL));
+    TWT_EQ(stat(1, TW_REL_STAT_DUPLICATES), 0u);
+    TWT_EQ(stat(0, TW_REL_STAT_RETRANSMITS), 0u);
+    case_end();
+}
+
 /* After a pause of progress longer than the keepalive bound, both sides
  * see the other as silent -- from readings older than the frames that
  * arrive first: they ping before they fail anyone. */
@@ -1133,6 +1188,7 @@ int main(int argc, char **argv)
     test_nopath();
     test_keepalive();
     test_early_stamp();
+    test_arrival_while_delivering();
     test_pause();
     printf("rel: all cases passed\n");
     return 0;
