@@ -1237,7 +1237,6 @@ static bool tw_rel_data_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const
         atomic_store_explicit(&p->dstate, TW_REL_DELIVERING | (p->nooo > 0 ? TW_REL_PENDING : 0),
                               memory_order_relaxed);
         tw_rel_ack_note(rel, p, peer, h, now);
-        tw_rel_count(&p->n_delivered);
         return true;
     }
     tw_rel_consume(rel, p, peer, h, uhdr, data, NULL);
@@ -1388,6 +1387,8 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
          * and was not yet handed up is dropped. */
         tw_rel_deliverer_leave(p);
         up = false;
+    } else if (up) {
+        tw_rel_count(&p->n_delivered);
     }
     pthread_mutex_unlock(&p->lock);
     tw_rel_finish(rel, src, &todo);
