@@ -14,6 +14,17 @@ static inline uint64_t tw_time_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/** The kernel's last tick (CLOCK_MONOTONIC_COARSE: a few ns to read, one
+ * to a few ms behind): for checks that count tens of milliseconds and run
+ * on every pass of a spinning engine. Never earlier than a tw_time_ns
+ * reading taken a tick before it. */
+static inline uint64_t tw_time_coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static inline uint64_t tw_time_us(void)
 {
     return tw_time_ns() / 1000u;

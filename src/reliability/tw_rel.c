@@ -1657,19 +1657,20 @@ static int tw_rel_timers(tw_rel_t *rel, bool check)
 static int tw_rel_progress(void *arg)
 {
     tw_rel_t *rel = arg;
-    uint64_t w = tw_pe_wakeups(rel->pe);
     int events = 0;
-    bool woke = w != rel->wakeups;
 
-    /* The engine (or a manual-mode caller) spins on this: unless it woke
-     * (the timer may have fired) or a worker left messages to hand up,
-     * look at the timers on every 16th pass only -- a clock reading on
-     * every pass costs a spinning caller more than the timers need. */
-    if (!woke && !atomic_load_explicit(&rel->drain_wanted, memory_order_relaxed) &&
-        (++rel->passes & 15u) != 0) {
+    /* The engine (or a manual-mode caller) spins on this: unless a
+     * worker left messages to hand up, look at the timers (and whether
+     * the engine woke: its timerfd may have fired) on every 16th pass
+     * only -- a clock reading on every pass costs a spinning caller more
+     * than the timers need, and a woken engine passes 16 times in
+     * microseconds (its timerfd stays readable until read). */
+    if ((++rel->passes & 15u) != 0 &&
+        !atomic_load_explicit(&rel->drain_wanted, memory_order_relaxed)) {
         return 0;
     }
-
+    uint64_t w = tw_pe_wakeups(rel->pe);
+    bool woke = w != rel->wakeups;
     if (woke) {
         uint64_t ticks;
         rel->wakeups = w;
