@@ -500,7 +500,9 @@ static void tw_rel_arm(tw_rel_t *rel, uint64_t due)
            !atomic_compare_exchange_weak_explicit(&rel->next_due, &cur, due, memory_order_relaxed,
                                                   memory_order_relaxed)) {
     }
-    tw_rel_timer_at(rel, due);
+    if (rel->timer_used) {
+        tw_rel_timer_at(rel, due);
+    }
 }
 
 /* ---- paths -------------------------------------------------------------- */
@@ -637,77 +639,60 @@ static void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, b
     tw_rel_arm(rel, now);
 }
 
-/* Transmit the fragment in slot @p s (sequence @p seq) on the current
- * path, falling over to the next when a transport refuses for good.
- * Lock held. */
-static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_slot_t *s,
-                                  uint32_t seq, uint64_t now, tw_rel_todo_t *todo)
+/* Build fragment @p frag of @p m, sequence @p seq, right before its upper
+ * header (m's room), and hand it to path @p g. The payload is read from
+ * @p data: m->data, or the caller's buffer while m is not filled in yet
+ * (tw_rel_post). The frame header goes in field by field (one built aside
+ * and copied in would be read back in wider loads than it was written
+ * with: store-forwarding stalls); the transport copies the frame before
+ * it returns. Lock held. */
+static tw_status_t tw_rel_frame_tx(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_smsg_t *m,
+                                   uint32_t frag, uint32_t seq, int g, const unsigned char *data)
 {
-    bool again = s->sent_ns != 0; /* a retransmission (on this path or another) */
-    tw_rel_smsg_t *m = s->msg;
     unsigned char *room = m->bytes + TW_REL_ROOM; /* the upper header; frame headers end here */
     size_t cap = rel->frag_cap, first = cap - m->hdr_len;
-    size_t off = s->frag == 0 ? 0 : first + (size_t)(s->frag - 1) * cap;
-    size_t n = TW_MIN(s->frag == 0 ? first : cap, m->len - off);
-    size_t uh = s->frag == 0 ? m->hdr_len : 0;
-    tw_status_t st;
-    int g;
+    size_t off = frag == 0 ? 0 : first + (size_t)(frag - 1) * cap;
+    size_t n = TW_MIN(frag == 0 ? first : cap, m->len - off);
+    size_t uh = frag == 0 ? m->hdr_len : 0;
 
-    for (;;) {
-        g = tw_rel_cur_path(p);
-        if (g < 0 || p->down) {
-            return TW_ERR_PEER_FAILED;
-        }
-        /* The frame header goes right before the upper header, field by
-         * field (one built aside and copied in would be read back in
-         * wider loads than it was written with: store-forwarding
-         * stalls). The transport copies the frame before it returns. */
-        if (m->nfrags == 1 && p->nooo == 0) {
-            /* The short form: no ack bits to carry (nothing is held). */
-            tw_rel_shdr_t *f = (tw_rel_shdr_t *)(void *)(room - sizeof(*f));
-            f->version = TW_REL_VERSION;
-            f->flags = TW_REL_F_ACK;
-            f->am_id = m->am_id;
-            f->path = (uint8_t)g;
-            f->hdr_len = (uint16_t)uh;
-            f->reserved = 0;
-            f->seq = seq;
-            f->ack_base = p->rcv_nxt;
-            f->epochs = tw_rel_epochs(rel->epoch, p->epoch);
-            f->crc = tw_rel_short_crc(f, sizeof(*f) + uh, m->data, n);
-            st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_SDATA, f, sizeof(*f) + uh,
-                                m->data, n);
-        } else {
-            tw_rel_hdr_t *f = (tw_rel_hdr_t *)(void *)(room - sizeof(*f));
-            tw_rel_hdr_init(rel, p, f, TW_REL_T_DATA, g);
-            f->am_id = m->am_id;
-            f->hdr_len = (uint16_t)uh;
-            f->seq = seq;
-            f->frag = s->frag;
-            f->nfrags = m->nfrags;
-            f->msg_len = m->len;
-            f->offset = off;
-            f->len = (uint32_t)n;
-            f->crc = tw_rel_crc(f, sizeof(*f) + uh, m->data + off, n);
-            st = tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, f, sizeof(*f) + uh,
-                                m->data + off, n);
-        }
-        if (st == TW_OK || st == TW_ERR_AGAIN) {
-            break;
-        }
-        /* TW_ERR_TRANSPORT: down for now (its peer_down may not have run
-         * yet): probed, not dead. */
-        tw_rel_path_lost(rel, p, peer, g, st != TW_ERR_TRANSPORT, tw_strerror(st), now, todo);
+    if (m->nfrags == 1 && p->nooo == 0) {
+        /* The short form: no ack bits to carry (nothing is held). */
+        tw_rel_shdr_t *f = (tw_rel_shdr_t *)(void *)(room - sizeof(*f));
+        f->version = TW_REL_VERSION;
+        f->flags = TW_REL_F_ACK;
+        f->am_id = m->am_id;
+        f->path = (uint8_t)g;
+        f->hdr_len = (uint16_t)uh;
+        f->reserved = 0;
+        f->seq = seq;
+        f->ack_base = p->rcv_nxt;
+        f->epochs = tw_rel_epochs(rel->epoch, p->epoch);
+        f->crc = tw_rel_short_crc(f, sizeof(*f) + uh, data, n);
+        return tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_SDATA, f, sizeof(*f) + uh, data,
+                              n);
     }
-    if (st == TW_ERR_AGAIN) {
-        s->due_ns = now; /* next pass */
-        tw_rel_arm(rel, now);
-        return st;
-    }
+    tw_rel_hdr_t *f = (tw_rel_hdr_t *)(void *)(room - sizeof(*f));
+    tw_rel_hdr_init(rel, p, f, TW_REL_T_DATA, g);
+    f->am_id = m->am_id;
+    f->hdr_len = (uint16_t)uh;
+    f->seq = seq;
+    f->frag = frag;
+    f->nfrags = m->nfrags;
+    f->msg_len = m->len;
+    f->offset = off;
+    f->len = (uint32_t)n;
+    f->crc = tw_rel_crc(f, sizeof(*f) + uh, data + off, n);
+    return tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, f, sizeof(*f) + uh, data + off,
+                          n);
+}
+
+/* Slot @p s just went out on path @p g: its timers. Lock held. */
+static void tw_rel_slot_sent(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, int g, uint64_t now)
+{
     if (s->sent_ns == 0 || s->path != g) {
         s->first_ns = now;
     }
-    if (again) {
+    if (s->sent_ns != 0) { /* a retransmission (on this path or another) */
         s->est = false;
         s->tries++;
         s->rto_ns = TW_MIN(s->rto_ns * 2, rel->cfg.rto_max_ns);
@@ -720,6 +705,36 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
     p->ack_due = 0;
     tw_rel_count(&p->n_frags_sent);
     tw_rel_arm(rel, s->due_ns);
+}
+
+/* Transmit the fragment in slot @p s (sequence @p seq) on the current
+ * path, falling over to the next when a transport refuses for good.
+ * Lock held. */
+static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_slot_t *s,
+                                  uint32_t seq, uint64_t now, tw_rel_todo_t *todo)
+{
+    tw_status_t st;
+    int g;
+
+    for (;;) {
+        g = tw_rel_cur_path(p);
+        if (g < 0 || p->down) {
+            return TW_ERR_PEER_FAILED;
+        }
+        st = tw_rel_frame_tx(rel, p, peer, s->msg, s->frag, seq, g, s->msg->data);
+        if (st == TW_OK || st == TW_ERR_AGAIN) {
+            break;
+        }
+        /* TW_ERR_TRANSPORT: down for now (its peer_down may not have run
+         * yet): probed, not dead. */
+        tw_rel_path_lost(rel, p, peer, g, st != TW_ERR_TRANSPORT, tw_strerror(st), now, todo);
+    }
+    if (st == TW_ERR_AGAIN) {
+        s->due_ns = now; /* next pass */
+        tw_rel_arm(rel, now);
+        return st;
+    }
+    tw_rel_slot_sent(rel, p, s, g, now);
     return TW_OK;
 }
 
@@ -730,28 +745,37 @@ typedef enum {
     TW_REL_STAMP_EARLY   /* the peer's latest reading, possibly much older */
 } tw_rel_stamp_t;
 
+/* The next fragment of the queue's head takes the next sequence number
+ * and its slot in the window (which has room). Lock held. */
+static tw_rel_slot_t *tw_rel_slot_take(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_stamp_t stamp)
+{
+    tw_rel_smsg_t *m = p->q_head;
+    tw_rel_slot_t *s = &p->win[p->snd_nxt++ % TW_REL_WIN];
+
+    *s = (tw_rel_slot_t){.msg = m,
+                         .frag = m->issued++,
+                         .rto_ns = tw_rel_rto(rel, p),
+                         .timed = stamp == TW_REL_STAMP_READ,
+                         .est = stamp == TW_REL_STAMP_EARLY};
+    if (m->issued == m->nfrags) {
+        p->q_head = m->next;
+        if (p->q_head == NULL) {
+            p->q_tail = NULL;
+        }
+        m->next = NULL;
+    }
+    return s;
+}
+
 /* Move queued messages' fragments into the window while it has room.
  * Lock held. */
 static void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
                         tw_rel_stamp_t stamp, tw_rel_todo_t *todo)
 {
     while (p->q_head != NULL && !p->down && p->snd_nxt - p->snd_una < TW_REL_WIN) {
-        tw_rel_smsg_t *m = p->q_head;
-        uint32_t seq = p->snd_nxt++;
-        tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
+        uint32_t seq = p->snd_nxt;
+        tw_rel_slot_t *s = tw_rel_slot_take(rel, p, stamp);
 
-        *s = (tw_rel_slot_t){.msg = m,
-                             .frag = m->issued++,
-                             .rto_ns = tw_rel_rto(rel, p),
-                             .timed = stamp == TW_REL_STAMP_READ,
-                             .est = stamp == TW_REL_STAMP_EARLY};
-        if (m->issued == m->nfrags) {
-            p->q_head = m->next;
-            if (p->q_head == NULL) {
-                p->q_tail = NULL;
-            }
-            m->next = NULL;
-        }
         if (tw_rel_tx_data(rel, p, peer, s, seq, now, todo) != TW_OK) {
             break;
         }
@@ -1745,7 +1769,8 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
     }
     p = &rel->peers[peer];
     m = NULL;
-    if (copy && hdr_len + len <= TW_REL_SMALL) {
+    bool small = copy && hdr_len + len <= TW_REL_SMALL;
+    if (small) {
         /* Small eager message: one lock for everything, the copy too
          * (at most TW_REL_SMALL bytes); checked before any allocation, so
          * a sender that retries against a stalled peer costs nothing. */
@@ -1770,7 +1795,6 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
             }
             return st;
         }
-        tw_rel_smsg_fill(rel, m, alloc_len, am_id, hdr, hdr_len, data, len, copy, comp);
     } else {
         if ((m = tw_malloc(alloc_len)) == NULL) {
             tw_error("rel", "cannot allocate a %zu-byte send", alloc_len);
@@ -1785,6 +1809,27 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
         }
     }
     if (st == TW_OK) {
+        /* A small message with nothing queued before it and room in the
+         * window goes out first, and is filled in and takes its slot
+         * after: a hop's sending half is what comes before the
+         * transport's publish. */
+        uint32_t seq = p->snd_nxt;
+        tw_status_t tx = TW_ERR_AGAIN;
+        int g = -1;
+        if (small) {
+            m->hdr_len = (uint16_t)hdr_len; /* what the frame needs of it */
+            m->len = len;
+            m->nfrags = tw_rel_nfrags(rel, hdr_len, len);
+            m->am_id = am_id;
+            if (m->nfrags == 1 && p->q_head == NULL && seq - p->snd_una < TW_REL_WIN &&
+                (g = tw_rel_cur_path(p)) >= 0) {
+                if (hdr_len > 0) {
+                    memcpy(m->bytes + TW_REL_ROOM, hdr, hdr_len);
+                }
+                tx = tw_rel_frame_tx(rel, p, peer, m, 0, seq, g, data);
+            }
+            tw_rel_smsg_fill(rel, m, alloc_len, am_id, hdr, hdr_len, data, len, copy, comp);
+        }
         if (p->q_tail != NULL) {
             p->q_tail->next = m;
         } else {
@@ -1813,7 +1858,13 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
             p->clock_ns = TW_MAX(p->clock_ns, now);
             stamp = TW_REL_STAMP_READ;
         }
-        tw_rel_push(rel, p, peer, now, stamp, &todo);
+        if (tx == TW_OK) {
+            tw_rel_slot_sent(rel, p, tw_rel_slot_take(rel, p, stamp), g, now);
+        } else {
+            /* Not sent (or not tried): the general way, which retries,
+             * fails over, or leaves it to the timer pass. */
+            tw_rel_push(rel, p, peer, now, stamp, &todo);
+        }
     }
     pthread_mutex_unlock(&p->lock);
     if (st != TW_OK) {
