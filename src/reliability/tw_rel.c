@@ -654,6 +654,7 @@ static tw_status_t tw_rel_frame_tx(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw
     size_t off = frag == 0 ? 0 : first + (size_t)(frag - 1) * cap;
     size_t n = TW_MIN(frag == 0 ? first : cap, m->len - off);
     size_t uh = frag == 0 ? m->hdr_len : 0;
+    const unsigned char *payload = data != NULL ? data + off : NULL; /* none: header only */
 
     if (m->nfrags == 1 && p->nooo == 0) {
         /* The short form: no ack bits to carry (nothing is held). */
@@ -667,9 +668,9 @@ static tw_status_t tw_rel_frame_tx(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw
         f->seq = seq;
         f->ack_base = p->rcv_nxt;
         f->epochs = tw_rel_epochs(rel->epoch, p->epoch);
-        f->crc = tw_rel_short_crc(f, sizeof(*f) + uh, data, n);
-        return tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_SDATA, f, sizeof(*f) + uh, data,
-                              n);
+        f->crc = tw_rel_short_crc(f, sizeof(*f) + uh, payload, n);
+        return tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_SDATA, f, sizeof(*f) + uh,
+                              payload, n);
     }
     tw_rel_hdr_t *f = (tw_rel_hdr_t *)(void *)(room - sizeof(*f));
     tw_rel_hdr_init(rel, p, f, TW_REL_T_DATA, g);
@@ -681,8 +682,8 @@ static tw_status_t tw_rel_frame_tx(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw
     f->msg_len = m->len;
     f->offset = off;
     f->len = (uint32_t)n;
-    f->crc = tw_rel_crc(f, sizeof(*f) + uh, data + off, n);
-    return tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, f, sizeof(*f) + uh, data + off,
+    f->crc = tw_rel_crc(f, sizeof(*f) + uh, payload, n);
+    return tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, f, sizeof(*f) + uh, payload,
                           n);
 }
 
