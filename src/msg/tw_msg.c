@@ -424,6 +424,17 @@ static void tw_msg_rndv_pull(tw_msg_rreq_t *q)
     }
 }
 
+/* Release an announcement unread. Thread: engine owner. */
+static void tw_msg_rndv_release_cmd(void *arg, void *data, uint64_t u64)
+{
+    tw_tl_iface_t *iface = arg;
+
+    (void)u64;
+    if (iface->ops->rndv_get(iface, data, NULL, 0, &tw_msg_release_comp) != TW_OK) {
+        tw_debug("msg", "releasing an announced message failed");
+    }
+}
+
 static void tw_msg_rndv_pull_cmd(void *arg, void *data, uint64_t u64)
 {
     (void)data, (void)u64;
@@ -436,11 +447,10 @@ static void tw_msg_rndv_matched(tw_msg_t *msg, tw_match_recv_t *r, tw_match_unex
 {
     tw_tl_iface_t *iface = msg->route[u->src];
     tw_msg_rreq_t *q = tw_malloc(sizeof(*q));
-    tw_backoff_t b = TW_BACKOFF_INIT;
-    tw_status_t st;
 
     if (q == NULL) {
-        /* The handle stays with the transport until it closes. */
+        /* The receive fails; the announcement is released (pulled with
+         * length 0), so its sender's operation completes too. */
         tw_error("msg", "out of memory pulling a %zu-byte message from rank %d", u->len, u->src);
         tw_completion_t c = {.user = r->user,
                              .status = TW_ERR_NOMEM,
@@ -449,7 +459,9 @@ static void tw_msg_rndv_matched(tw_msg_t *msg, tw_match_recv_t *r, tw_match_unex
                              .tag = u->tag};
         tw_cq_push(r->cq, &c);
         tw_free(r, sizeof(*r));
+        tw_pe_cmd_t cmd = {.fn = tw_msg_rndv_release_cmd, .arg = iface, .data = u->rndv};
         tw_match_unexp_free(u);
+        tw_pe_hand_over(iface->pe, &cmd);
         return;
     }
     *q = (tw_msg_rreq_t){.comp = {.cb = tw_msg_rndv_recv_done},
@@ -467,19 +479,8 @@ static void tw_msg_rndv_matched(tw_msg_t *msg, tw_match_recv_t *r, tw_match_unex
         return;
     }
     tw_pe_cmd_t cmd = {.fn = tw_msg_rndv_pull_cmd, .arg = q};
-    while ((st = tw_pe_submit(iface->pe, &cmd)) == TW_ERR_AGAIN) {
-        /* A progress thread drains the lane; in manual mode we do. */
-        if (!tw_pe_has_thread(iface->pe)) {
-            tw_pe_progress(iface->pe);
-        }
-        tw_backoff_wait(&b);
-    }
-    if (st != TW_OK) {
-        tw_error("msg", "cannot hand a rendezvous pull to the progress engine: %s",
-                 tw_strerror(st));
-        q->r = r;
-        tw_msg_rndv_recv_done(&q->comp, st);
-    }
+    /* Never fails: the sender waits for this pull. */
+    tw_pe_hand_over(iface->pe, &cmd);
 }
 
 tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_mask, void *buf,

@@ -257,6 +257,41 @@ int tw_pe_progress(tw_pe_t *pe)
     return n;
 }
 
+static int tw_pe_run_cmd(void *arg)
+{
+    const tw_pe_cmd_t *cmd = arg;
+
+    cmd->fn(cmd->arg, cmd->data, cmd->u64);
+    return 1;
+}
+
+void tw_pe_hand_over(tw_pe_t *pe, const tw_pe_cmd_t *cmd)
+{
+    tw_backoff_t b = TW_BACKOFF_INIT;
+    tw_pe_cmd_t copy = *cmd;
+    tw_status_t st;
+
+    if (tw_pe_is_owner(pe)) {
+        (void)tw_pe_run_cmd(&copy);
+        return;
+    }
+    while ((st = tw_pe_submit(pe, cmd)) == TW_ERR_AGAIN) {
+        /* A progress thread drains the lane; in manual mode we do. */
+        if (!pe->thread) {
+            tw_pe_progress(pe);
+        }
+        tw_backoff_wait(&b);
+    }
+    if (st == TW_OK) {
+        return;
+    }
+    tw_warn("progress", "no submission lane to %s: running the command as its owner", pe->name);
+    tw_backoff_reset(&b);
+    while (tw_pe_try_call(pe, tw_pe_run_cmd, &copy) == 0) {
+        tw_backoff_wait(&b);
+    }
+}
+
 int tw_pe_try_call(tw_pe_t *pe, tw_pe_fn_t fn, void *arg)
 {
     int n;
@@ -332,9 +367,30 @@ static tw_ring_cmd_t *tw_pe_lane(tw_pe_t *pe)
     return lane;
 }
 
+static atomic_uint tw_pe_submit_fails; /* test hook */
+
+unsigned tw_pe_test_submit_fail(unsigned n)
+{
+    return atomic_exchange_explicit(&tw_pe_submit_fails, n, memory_order_relaxed);
+}
+
+/* The hook's next failure, if one is due. */
+static bool tw_pe_submit_fail_now(void)
+{
+    unsigned n = atomic_load_explicit(&tw_pe_submit_fails, memory_order_relaxed);
+
+    while (n > 0) {
+        if (atomic_compare_exchange_weak_explicit(&tw_pe_submit_fails, &n, n - 1,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 tw_status_t tw_pe_submit(tw_pe_t *pe, const tw_pe_cmd_t *cmd)
 {
-    tw_ring_cmd_t *lane = tw_pe_lane(pe);
+    tw_ring_cmd_t *lane = TW_UNLIKELY(tw_pe_submit_fail_now()) ? NULL : tw_pe_lane(pe);
 
     if (TW_UNLIKELY(lane == NULL)) {
         tw_error("progress", "cannot allocate a submission lane of %s (%u entries)", pe->name,

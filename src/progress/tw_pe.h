@@ -117,6 +117,20 @@ bool tw_pe_has_thread(const tw_pe_t *pe);
  * sleeps. Thread: any. */
 tw_status_t tw_pe_submit(tw_pe_t *pe, const tw_pe_cmd_t *cmd);
 
+/** Have @p cmd run as the owner, whatever it takes: submitted (waiting
+ * while the lane is full, driving the engine when it has no thread), or,
+ * when the caller's lane cannot be allocated (out of memory), run by the
+ * caller itself as the owner once no one else is (tw_pe_try_call) -- its
+ * lane never existed, so nothing of this thread's is queued before it.
+ * Run at once on the owner. For what must not fail (a rendezvous pull:
+ * its sender waits for it). Thread: any. */
+void tw_pe_hand_over(tw_pe_t *pe, const tw_pe_cmd_t *cmd);
+
+/** Test hook: the next @p n tw_pe_submit calls (any pe, any thread) fail
+ * as if the caller's lane could not be allocated (TW_ERR_NOMEM). Returns
+ * how many failures the previous call had left unused. */
+unsigned tw_pe_test_submit_fail(unsigned n);
+
 /** Wake the owner if it sleeps (e.g. after posting into a ring it polls).
  * A fence and a load when nobody sleeps. Thread: any. */
 void tw_pe_wake(tw_pe_t *pe);

@@ -11,7 +11,7 @@ tw_add_test(NAME progress_cq_wait SOURCES ${_d}/test_progress_cq_wait.c
             LABELS unit INTERNAL TIMEOUT 60)
 tw_add_test(NAME progress_cq_fd SOURCES ${_d}/test_progress_cq_fd.c
             LABELS unit INTERNAL TIMEOUT 60)
-foreach(_case threads modes manual doorbell fds pinned bind)
+foreach(_case threads modes manual doorbell fds pinned bind handover)
   tw_add_test(NAME progress_pe SOURCES ${_d}/test_progress_pe.c
               LABELS unit INTERNAL TIMEOUT 120 ARGS ${_case})
 endforeach()

@@ -636,6 +636,59 @@ static void case_bind(void)
     tw_pe_destroy(pe);
 }
 
+/* ---- hand-over --------------------------------------------------------- */
+
+static atomic_int ho_runs;
+static atomic_bool ho_owner;
+static tw_pe_t *ho_pe;
+
+static void ho_cmd(void *arg, void *data, uint64_t u64)
+{
+    (void)arg, (void)data;
+    TWT_EQ(u64, 42u);
+    atomic_store(&ho_owner, tw_pe_is_owner(ho_pe));
+    atomic_fetch_add(&ho_runs, 1);
+}
+
+/* tw_pe_hand_over, with a progress thread and without: a command goes
+ * through the lane; when the lane cannot be had (the test hook: as if it
+ * could not be allocated), the caller runs it itself before returning --
+ * once, as the owner. */
+static void case_handover(void)
+{
+    for (int thread = 0; thread < 2; thread++) {
+        tw_pe_t *pe = make_pe("handover", thread != 0, TW_WAIT_ADAPTIVE, 32, -1);
+        tw_pe_cmd_t cmd = {.fn = ho_cmd, .u64 = 42};
+
+        ho_pe = pe;
+        TWT_EQ(tw_pe_start(pe), TW_OK);
+        for (int fail = 0; fail < 2; fail++) {
+            atomic_store(&ho_runs, 0);
+            atomic_store(&ho_owner, false);
+            (void)tw_pe_test_submit_fail(fail ? 1u : 0u);
+            tw_pe_hand_over(pe, &cmd);
+            if (fail) {
+                TWT_EQ(atomic_load(&ho_runs), 1); /* ran here, before the return */
+            }
+            for (int i = 0; i < 5000 && atomic_load(&ho_runs) == 0; i++) {
+                if (!thread) {
+                    tw_pe_progress(pe);
+                }
+                sleep_ms(1);
+            }
+            sleep_ms(20); /* and not twice */
+            if (!thread) {
+                tw_pe_progress(pe);
+            }
+            TWT_EQ(atomic_load(&ho_runs), 1);
+            TWT_CHECK(atomic_load(&ho_owner));
+            TWT_CHECK(!tw_pe_is_owner(pe));
+        }
+        TWT_EQ(tw_pe_test_submit_fail(0), 0u); /* every failure armed was met */
+        tw_pe_destroy(pe);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -654,8 +707,11 @@ int main(int argc, char **argv)
         case_pinned();
     } else if (strcmp(c, "bind") == 0) {
         case_bind();
+    } else if (strcmp(c, "handover") == 0) {
+        case_handover();
     } else {
-        fprintf(stderr, "usage: %s threads|modes|manual|doorbell|fds|pinned|bind\n", argv[0]);
+        fprintf(stderr, "usage: %s threads|modes|manual|doorbell|fds|pinned|bind|handover\n",
+                argv[0]);
         return 1;
     }
     printf("ok %s\n", c);

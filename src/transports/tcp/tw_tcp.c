@@ -797,9 +797,7 @@ static tw_status_t tw_tcp_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *
                                    tw_tl_comp_t *comp)
 {
     tw_tcp_lane_t *lane = h->lane;
-    tw_backoff_t b = TW_BACKOFF_INIT;
     tw_pe_cmd_t cmd = {.fn = tw_tcp_rndv_apply_cmd, .arg = lane, .data = h};
-    tw_status_t st;
 
     (void)iface;
     if (tw_tcp_announcing == h || tw_pe_is_owner(lane->pe)) {
@@ -810,17 +808,8 @@ static tw_status_t tw_tcp_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *
     h->get_dst = dst;
     h->get_len = len;
     h->get_comp = comp;
-    while ((st = tw_pe_submit(lane->pe, &cmd)) == TW_ERR_AGAIN) {
-        if (!tw_pe_has_thread(lane->pe)) {
-            tw_pe_progress(lane->pe);
-        }
-        tw_backoff_wait(&b);
-    }
-    if (st != TW_OK) {
-        tw_error("tcp", "cannot hand a receive of rank %d's message to lane %d: %s", h->peer,
-                 lane->index, tw_strerror(st));
-    }
-    return st;
+    tw_pe_hand_over(lane->pe, &cmd); /* never fails: the sender waits for it */
+    return TW_OK;
 }
 
 /* A tagged frame of @p len payload bytes begins at @p hdr: announce it, and

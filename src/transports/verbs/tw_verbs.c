@@ -1812,9 +1812,7 @@ static tw_status_t tw_verbs_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void
                                      tw_tl_comp_t *comp)
 {
     tw_verbs_dev_t *dev = h->dev;
-    tw_backoff_t b = TW_BACKOFF_INIT;
     tw_pe_cmd_t cmd = {.fn = tw_verbs_rndv_apply_cmd, .arg = dev, .data = h};
-    tw_status_t st;
 
     (void)iface;
     if (tw_verbs_announcing == h || tw_pe_is_owner(dev->pe)) {
@@ -1824,17 +1822,8 @@ static tw_status_t tw_verbs_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void
     h->get_dst = dst;
     h->get_len = len;
     h->get_comp = comp;
-    while ((st = tw_pe_submit(dev->pe, &cmd)) == TW_ERR_AGAIN) {
-        if (!tw_pe_has_thread(dev->pe)) {
-            tw_pe_progress(dev->pe);
-        }
-        tw_backoff_wait(&b);
-    }
-    if (st != TW_OK) {
-        tw_error("verbs", "cannot hand a receive of rank %d's message to %s: %s", h->peer,
-                 dev->name, tw_strerror(st));
-    }
-    return st;
+    tw_pe_hand_over(dev->pe, &cmd); /* never fails: the sender waits for it */
+    return TW_OK;
 }
 
 /* ---- failure ------------------------------------------------------------------- */
