@@ -474,12 +474,8 @@ static void tw_msg_rndv_matched(tw_msg_t *msg, tw_match_recv_t *r, tw_match_unex
                          .len = u->len,
                          .alloc_len = sizeof(*q)};
     tw_match_unexp_free(u);
-    if (tw_pe_is_owner(iface->pe)) {
-        tw_msg_rndv_pull(q);
-        return;
-    }
     tw_pe_cmd_t cmd = {.fn = tw_msg_rndv_pull_cmd, .arg = q};
-    /* Never fails: the sender waits for this pull. */
+    /* Now if we are the owner; never fails: the sender waits for it. */
     tw_pe_hand_over(iface->pe, &cmd);
 }
 

@@ -257,6 +257,27 @@ int tw_pe_progress(tw_pe_t *pe)
     return n;
 }
 
+static atomic_uint tw_pe_submit_fails; /* test hook: hand-overs that find no lane */
+
+unsigned tw_pe_test_submit_fail(unsigned n)
+{
+    return atomic_exchange_explicit(&tw_pe_submit_fails, n, memory_order_relaxed);
+}
+
+/* The hook's next failure, if one is due. */
+static bool tw_pe_submit_fail_now(void)
+{
+    unsigned n = atomic_load_explicit(&tw_pe_submit_fails, memory_order_relaxed);
+
+    while (n > 0) {
+        if (atomic_compare_exchange_weak_explicit(&tw_pe_submit_fails, &n, n - 1,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static int tw_pe_run_cmd(void *arg)
 {
     const tw_pe_cmd_t *cmd = arg;
@@ -275,12 +296,14 @@ void tw_pe_hand_over(tw_pe_t *pe, const tw_pe_cmd_t *cmd)
         (void)tw_pe_run_cmd(&copy);
         return;
     }
-    while ((st = tw_pe_submit(pe, cmd)) == TW_ERR_AGAIN) {
+    st = TW_UNLIKELY(tw_pe_submit_fail_now()) ? TW_ERR_NOMEM : tw_pe_submit(pe, cmd);
+    while (st == TW_ERR_AGAIN) {
         /* A progress thread drains the lane; in manual mode we do. */
         if (!pe->thread) {
             tw_pe_progress(pe);
         }
         tw_backoff_wait(&b);
+        st = tw_pe_submit(pe, cmd);
     }
     if (st == TW_OK) {
         return;
@@ -367,30 +390,9 @@ static tw_ring_cmd_t *tw_pe_lane(tw_pe_t *pe)
     return lane;
 }
 
-static atomic_uint tw_pe_submit_fails; /* test hook */
-
-unsigned tw_pe_test_submit_fail(unsigned n)
-{
-    return atomic_exchange_explicit(&tw_pe_submit_fails, n, memory_order_relaxed);
-}
-
-/* The hook's next failure, if one is due. */
-static bool tw_pe_submit_fail_now(void)
-{
-    unsigned n = atomic_load_explicit(&tw_pe_submit_fails, memory_order_relaxed);
-
-    while (n > 0) {
-        if (atomic_compare_exchange_weak_explicit(&tw_pe_submit_fails, &n, n - 1,
-                                                  memory_order_relaxed, memory_order_relaxed)) {
-            return true;
-        }
-    }
-    return false;
-}
-
 tw_status_t tw_pe_submit(tw_pe_t *pe, const tw_pe_cmd_t *cmd)
 {
-    tw_ring_cmd_t *lane = TW_UNLIKELY(tw_pe_submit_fail_now()) ? NULL : tw_pe_lane(pe);
+    tw_ring_cmd_t *lane = tw_pe_lane(pe);
 
     if (TW_UNLIKELY(lane == NULL)) {
         tw_error("progress", "cannot allocate a submission lane of %s (%u entries)", pe->name,

@@ -126,9 +126,9 @@ tw_status_t tw_pe_submit(tw_pe_t *pe, const tw_pe_cmd_t *cmd);
  * its sender waits for it). Thread: any. */
 void tw_pe_hand_over(tw_pe_t *pe, const tw_pe_cmd_t *cmd);
 
-/** Test hook: the next @p n tw_pe_submit calls (any pe, any thread) fail
- * as if the caller's lane could not be allocated (TW_ERR_NOMEM). Returns
- * how many failures the previous call had left unused. */
+/** Test hook: the next @p n tw_pe_hand_over calls that submit (any pe,
+ * any thread) find no lane, as if it could not be allocated. Returns how
+ * many the previous call had left unused. */
 unsigned tw_pe_test_submit_fail(unsigned n);
 
 /** Wake the owner if it sleeps (e.g. after posting into a ring it polls).

@@ -640,21 +640,19 @@ static void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, b
 }
 
 /* Build fragment @p frag of @p m, sequence @p seq, right before its upper
- * header (m's room), and hand it to path @p g. The payload is read from
- * @p data: m->data, or the caller's buffer while m is not filled in yet
- * (tw_rel_post). The frame header goes in field by field (one built aside
- * and copied in would be read back in wider loads than it was written
- * with: store-forwarding stalls); the transport copies the frame before
- * it returns. Lock held. */
+ * header (m's room), and hand it to path @p g. The frame header goes in
+ * field by field (one built aside and copied in would be read back in
+ * wider loads than it was written with: store-forwarding stalls); the
+ * transport copies the frame before it returns. Lock held. */
 static tw_status_t tw_rel_frame_tx(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_smsg_t *m,
-                                   uint32_t frag, uint32_t seq, int g, const unsigned char *data)
+                                   uint32_t frag, uint32_t seq, int g)
 {
     unsigned char *room = m->bytes + TW_REL_ROOM; /* the upper header; frame headers end here */
     size_t cap = rel->frag_cap, first = cap - m->hdr_len;
     size_t off = frag == 0 ? 0 : first + (size_t)(frag - 1) * cap;
     size_t n = TW_MIN(frag == 0 ? first : cap, m->len - off);
     size_t uh = frag == 0 ? m->hdr_len : 0;
-    const unsigned char *payload = data != NULL ? data + off : NULL; /* none: header only */
+    const unsigned char *payload = m->data != NULL ? m->data + off : NULL; /* none: header only */
 
     if (m->nfrags == 1 && p->nooo == 0) {
         /* The short form: no ack bits to carry (nothing is held). */
@@ -722,7 +720,7 @@ static tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_
         if (g < 0 || p->down) {
             return TW_ERR_PEER_FAILED;
         }
-        st = tw_rel_frame_tx(rel, p, peer, s->msg, s->frag, seq, g, s->msg->data);
+        st = tw_rel_frame_tx(rel, p, peer, s->msg, s->frag, seq, g);
         if (st == TW_OK || st == TW_ERR_AGAIN) {
             break;
         }
@@ -1770,8 +1768,7 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
     }
     p = &rel->peers[peer];
     m = NULL;
-    bool small = copy && hdr_len + len <= TW_REL_SMALL;
-    if (small) {
+    if (copy && hdr_len + len <= TW_REL_SMALL) {
         /* Small eager message: one lock for everything, the copy too
          * (at most TW_REL_SMALL bytes); checked before any allocation, so
          * a sender that retries against a stalled peer costs nothing. */
@@ -1796,6 +1793,7 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
             }
             return st;
         }
+        tw_rel_smsg_fill(rel, m, alloc_len, am_id, hdr, hdr_len, data, len, copy, comp);
     } else {
         if ((m = tw_malloc(alloc_len)) == NULL) {
             tw_error("rel", "cannot allocate a %zu-byte send", alloc_len);
@@ -1810,26 +1808,16 @@ static tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const voi
         }
     }
     if (st == TW_OK) {
-        /* A small message with nothing queued before it and room in the
-         * window goes out first, and is filled in and takes its slot
-         * after: a hop's sending half is what comes before the
-         * transport's publish. */
+        /* A message in one fragment, with nothing queued before it and
+         * room in the window, goes out first and takes its place in the
+         * queue and its slot after: a hop's sending half is what comes
+         * before the transport's publish. */
         uint32_t seq = p->snd_nxt;
         tw_status_t tx = TW_ERR_AGAIN;
         int g = -1;
-        if (small) {
-            m->hdr_len = (uint16_t)hdr_len; /* what the frame needs of it */
-            m->len = len;
-            m->nfrags = tw_rel_nfrags(rel, hdr_len, len);
-            m->am_id = am_id;
-            if (m->nfrags == 1 && p->q_head == NULL && seq - p->snd_una < TW_REL_WIN &&
-                (g = tw_rel_cur_path(p)) >= 0) {
-                if (hdr_len > 0) {
-                    memcpy(m->bytes + TW_REL_ROOM, hdr, hdr_len);
-                }
-                tx = tw_rel_frame_tx(rel, p, peer, m, 0, seq, g, data);
-            }
-            tw_rel_smsg_fill(rel, m, alloc_len, am_id, hdr, hdr_len, data, len, copy, comp);
+        if (m->nfrags == 1 && p->q_head == NULL && seq - p->snd_una < TW_REL_WIN &&
+            (g = tw_rel_cur_path(p)) >= 0) {
+            tx = tw_rel_frame_tx(rel, p, peer, m, 0, seq, g);
         }
         if (p->q_tail != NULL) {
             p->q_tail->next = m;
