@@ -1175,7 +1175,10 @@ static void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
                                           f->zlen - (off - f->head_len)};
             }
         }
-        ssize_t w = writev(c->fd, iov, n);
+        /* sendmsg, not writev: a peer that reset the connection must
+         * give EPIPE here, not a SIGPIPE that kills the process. */
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR) {
                 continue;
