@@ -32,11 +32,8 @@ typedef struct bm_wire_iface {
 struct bm_side {
     int rank;
     tw_pe_t *pe;
-    tw_rel_t *rel;        /* NULL when not reliable */
-    tw_tl_iface_t *wire;  /* this rank's wire iface */
-    tw_tl_iface_t *send;  /* what the sender calls: rel's iface or the wire */
-    tw_tl_recv_fn_t recv; /* what the wire delivers to */
-    void *recv_arg;
+    tw_tl_iface_t *wire; /* this rank's wire iface (its callbacks: rel's or ours) */
+    tw_tl_iface_t *send; /* what the sender calls: rel over the wire, or the wire */
     uint64_t next_in;
     uint64_t received;
     uint64_t bad;
@@ -101,10 +98,14 @@ static const tw_tl_ops_t bm_wire_ops = {
     .caps = TW_TL_CAP_AM_SHORT,
     .query = bm_wire_query,
     .iface_open = bm_wire_open,
+    .wrap_wants = tw_tl_stub_wrap_wants,
+    .wrap_open = tw_tl_stub_wrap_open,
     .iface_close = bm_wire_close,
+    .bind = tw_tl_iface_bind,
     .addr_pack = tw_tl_noaddr_pack,
     .addr_connect = tw_tl_noaddr_connect,
     .ready = tw_tl_noaddr_ready,
+    .quiesce = tw_tl_noop_quiesce,
     .reachable = bm_wire_reachable,
     .am_short = bm_wire_am_short,
     .am_zcopy = tw_tl_stub_am_zcopy,
@@ -113,7 +114,7 @@ static const tw_tl_ops_t bm_wire_ops = {
     .flush = tw_tl_stub_flush,
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress,
-    .poll = tw_tl_stub_progress,
+    .poll = tw_tl_stub_poll,
     .mem_reg = tw_tl_stub_mem_reg,
     .mem_dereg = tw_tl_stub_mem_dereg,
 };
@@ -124,15 +125,12 @@ static tw_status_t bm_wire_open(const tw_tl_params_t *params, tw_tl_iface_t **if
 {
     const tw_tl_attr_t attr = {.max_short = BM_FRAME, .max_hdr = 256, .max_zcopy = 0};
     bm_wire_iface_t *w = calloc(1, sizeof(*w));
-    bm_side_t *s = &bm_opening->sides[params->rank];
 
     if (w == NULL || tw_tl_iface_init(&w->super, &bm_wire_ops, params, &attr) != TW_OK) {
         free(w);
         return TW_ERR_NOMEM;
     }
     w->bench = bm_opening;
-    s->recv = params->recv;
-    s->recv_arg = params->recv_arg;
     *iface_p = &w->super;
     return TW_OK;
 }
@@ -173,35 +171,25 @@ bm_rel_t *bm_rel_create(bool reliable)
             abort();
         }
         tp.pe = s->pe;
-        if (reliable) {
-            tw_rel_params_t rp = {.rank = r,
-                                  .size = 2,
-                                  .pe = s->pe,
-                                  .recv = bm_up_recv,
-                                  .recv_arg = s,
-                                  .peer_down = NULL};
-            if (tw_rel_create(&rp, &s->rel) != TW_OK) {
-                abort();
-            }
-            tw_rel_path_params(s->rel, 0, &tp);
-        }
-        if (bm_wire_ops.iface_open(&tp, &s->wire) != TW_OK) {
+        if (tw_tl_iface_open(&bm_wire_ops, &tp, &s->wire) != TW_OK) {
             abort();
         }
         s->send = s->wire;
-        if (reliable) {
-            tw_rel_set_path(s->rel, 0, s->wire);
-            s->send = tw_rel_iface(s->rel);
+        if (reliable && (tw_rel_wrap(&s->wire, 1, &tp, NULL, &s->send) != TW_OK ||
+                         tw_tl_pe_add_tree(s->send) != TW_OK)) {
+            abort();
         }
     }
-    if (reliable) {
-        tw_rel_set_peer_epoch(b->sides[0].rel, 1, tw_rel_epoch(b->sides[1].rel));
-        tw_rel_set_peer_epoch(b->sides[1].rel, 0, tw_rel_epoch(b->sides[0].rel));
-        for (int r = 0; r < 2; r++) {
-            if (tw_rel_ready(b->sides[r].rel) != TW_OK) {
-                abort();
-            }
+    for (int r = 0; reliable && r < 2; r++) {
+        unsigned char addr[64];
+        size_t len = 0;
+        if (tw_tl_addr_pack(b->sides[r].send, addr, sizeof(addr), &len) != TW_OK ||
+            tw_tl_addr_connect(b->sides[1 - r].send, r, addr, len) != TW_OK) {
+            abort();
         }
+    }
+    for (int r = 0; r < 2; r++) {
+        tw_tl_ready_tree(b->sides[r].send);
     }
     bm_opening = NULL;
     return b;
@@ -211,10 +199,7 @@ void bm_rel_destroy(bm_rel_t *b)
 {
     for (int r = 0; r < 2; r++) {
         bm_side_t *s = &b->sides[r];
-        s->wire->ops->iface_close(s->wire);
-        if (s->rel != NULL) {
-            tw_rel_destroy(s->rel);
-        }
+        tw_tl_close(s->send); /* rel and its wire, or the wire */
         tw_pe_destroy(s->pe);
     }
     free(b->ring);
@@ -227,7 +212,8 @@ static void bm_pump(bm_rel_t *b)
     while (b->head != b->tail) {
         bm_frame_t *f = &b->ring[b->head % BM_FRAMES];
         bm_side_t *d = &b->sides[f->dst];
-        d->recv(d->recv_arg, f->src, f->am_id, f->bytes, f->hdr_len, f->bytes + f->hdr_len, f->len);
+        d->wire->recv(d->wire->recv_arg, f->src, f->am_id, f->bytes, f->hdr_len,
+                      f->bytes + f->hdr_len, f->len);
         b->head++;
     }
 }
@@ -248,7 +234,7 @@ static bool bm_send(bm_rel_t *b, int r, size_t len)
     if (len >= 8) {
         memcpy(payload, &tag, 8);
     }
-    if (i->ops->am_short(i, 1 - r, BM_AM, hdr, BM_UHDR, payload, len) != TW_OK) {
+    if (tw_tl_am_short(i, 1 - r, BM_AM, hdr, BM_UHDR, payload, len) != TW_OK) {
         return false;
     }
     b->next_out[r]++;

@@ -3,19 +3,24 @@
 # Copyright (c) 2026 The threadwire authors
 #
 # Dependencies point one way: core <- progress, shmem (segments) <-
-# transports <- msg, reliability <- runtime. A module may include its own headers and
-# those of lower layers only; ConcurrencyKit only from src/progress.
+# transports <- reliability <- msg <- runtime. A module may include its own
+# headers and those of lower layers only. Inside transports, a transport
+# includes base/ and its own directory, never another transport's; above
+# transports, only base/ (the ops table) is visible: the runtime composes
+# the stack from ops tables, it does not reach into a transport.
+# ConcurrencyKit only from src/progress.
 set -euo pipefail
 cd "$(dirname "$0")/../src"
 rank() {
   case $1 in
     core) echo 0 ;; progress | shmem) echo 1 ;; transports) echo 2 ;;
-    msg | reliability) echo 3 ;; runtime) echo 4 ;; *) echo -1 ;;
+    reliability) echo 3 ;; msg) echo 4 ;; runtime) echo 5 ;; *) echo -1 ;;
   esac
 }
 bad=0
-for f in $(find . -name '*.[ch]'); do
+for f in $(find . -name '*.[ch]' | sort); do
   mod=$(echo "$f" | cut -d/ -f2)
+  sub=$(echo "$f" | cut -d/ -f3)
   mine=$(rank "$mod")
   while IFS= read -r inc; do
     dep=${inc%%/*}
@@ -24,6 +29,13 @@ for f in $(find . -name '*.[ch]'); do
     if [ "$dep" != "$mod" ] && [ "$r" -ge "$mine" ]; then
       echo "layering: $f includes $inc ($mod may not depend on $dep)"
       bad=1
+    fi
+    if [ "$dep" = transports ]; then
+      tl=$(echo "$inc" | cut -d/ -f2)
+      if [ "$tl" != base ] && { [ "$mod" != transports ] || [ "$tl" != "$sub" ]; }; then
+        echo "layering: $f includes $inc (only transports/$tl itself may: others see base/)"
+        bad=1
+      fi
     fi
   done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
   if [ "$mod" != progress ] && grep -q '^#include <ck_' "$f"; then

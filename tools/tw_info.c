@@ -25,7 +25,8 @@ static void print_caps(uint32_t caps)
         const char *name;
     } names[] = {{TW_TL_CAP_AM_SHORT, "am_short"}, {TW_TL_CAP_AM_ZCOPY, "am_zcopy"},
                  {TW_TL_CAP_RNDV, "rndv"},         {TW_TL_CAP_PUT, "put"},
-                 {TW_TL_CAP_GET, "get"},           {TW_TL_CAP_FLUSH, "flush"}};
+                 {TW_TL_CAP_GET, "get"},           {TW_TL_CAP_FLUSH, "flush"},
+                 {TW_TL_CAP_POLL, "poll"},         {TW_TL_CAP_MEM_REG, "mem_reg"}};
     for (size_t i = 0; i < TW_ARRAY_SIZE(names); i++) {
         if (caps & names[i].bit) {
             printf(" %s", names[i].name);
@@ -54,13 +55,14 @@ int main(int argc, char **argv)
         if (st == TW_OK) {
             printf(" (");
             print_caps(ops->caps);
-            printf(" )%s\n", ops->opt_in ? "  opt-in: name it in TW_TRANSPORTS" : "");
+            printf(" )%s\n",
+                   (ops->caps & TW_TL_CAP_OPT_IN) ? "  opt-in: name it in TW_TRANSPORTS" : "");
         } else {
             printf(" (%s)\n", why);
         }
     }
     printf("  %-6s available   (a wrapper: fault injection on the others, with TW_FAULT)\n\n",
-           "lossy");
+           tw_tl_wrappers[0]->name);
     printf("reliability layer (TW_RELIABLE=1): checksums, acks, retransmission, failover between\n"
            "  the transports above, keepalive; TW_REL_* tune it\n\n");
 
@@ -70,9 +72,11 @@ int main(int argc, char **argv)
         tw_topo_package_cpus(p, cpus, sizeof(cpus));
         printf("  socket%d: cpus %s\n", p, cpus);
     }
+    const tw_cfg_table_t *tables[32];
+    size_t ntables = tw_cfg_all_tables(tables, TW_ARRAY_SIZE(tables));
     printf("\nenvironment variables:\n");
-    for (size_t i = 0; i < tw_cfg_all_tables_count; i++) {
-        const tw_cfg_table_t *t = tw_cfg_all_tables[i];
+    for (size_t i = 0; i < ntables; i++) {
+        const tw_cfg_table_t *t = tables[i];
         if (verbose) {
             tw_cfg_print(t, stdout);
             continue;
@@ -89,7 +93,7 @@ int main(int argc, char **argv)
         }
     }
     fflush(stdout); /* the warnings go to stderr */
-    int unknown = tw_cfg_warn_unknown(tw_cfg_all_tables, tw_cfg_all_tables_count);
+    int unknown = tw_cfg_warn_unknown(tables, ntables);
     printf("\n%d unknown TW_* variable(s) in the environment%s\n", unknown,
            unknown > 0 ? " (see the warnings above)" : "");
     return 0;

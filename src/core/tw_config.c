@@ -434,6 +434,19 @@ tw_status_t tw_cfg_apply_env(const tw_cfg_table_t *table, void *dst)
     return TW_OK;
 }
 
+tw_status_t tw_cfg_check_env(const tw_cfg_table_t *table)
+{
+    tw_cfg_value_t v;
+
+    for (size_t i = 0; i < table->count; i++) {
+        const char *text = getenv(table->entries[i].name);
+        if (text != NULL && cfg_parse(&table->entries[i], text, &v) != TW_OK) {
+            return TW_ERR_INVALID;
+        }
+    }
+    return TW_OK;
+}
+
 /* ---- unknown variables and printing ----------------------------------- */
 
 static bool cfg_known(const tw_cfg_table_t *const *tables, size_t ntables, const char *name,

@@ -54,6 +54,11 @@ void tw_cfg_set_defaults(const tw_cfg_table_t *table, void *dst);
  */
 tw_status_t tw_cfg_apply_env(const tw_cfg_table_t *table, void *dst);
 
+/** Check the variables of @p table that are set in the environment
+ * without storing them: the first bad value is logged (as above) and gives
+ * TW_ERR_INVALID. Thread: any. */
+tw_status_t tw_cfg_check_env(const tw_cfg_table_t *table);
+
 /**
  * Parse one text value for @p e into the field at e->offset of the struct
  * @p dst (used by both of the above). The field is written only on success;

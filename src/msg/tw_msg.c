@@ -417,7 +417,7 @@ static tw_tl_comp_t tw_msg_release_comp = {.cb = tw_msg_rndv_released};
 static void tw_msg_rndv_pull(tw_msg_rreq_t *q)
 {
     size_t n = TW_MIN(q->len, q->r->len);
-    tw_status_t st = q->iface->ops->rndv_get(q->iface, q->rndv, q->r->buf, n, &q->comp);
+    tw_status_t st = tw_tl_rndv_get(q->iface, q->rndv, q->r->buf, n, &q->comp);
 
     if (st != TW_OK) {
         q->comp.cb(&q->comp, st);
@@ -430,7 +430,7 @@ static void tw_msg_rndv_release_cmd(void *arg, void *data, uint64_t u64)
     tw_tl_iface_t *iface = arg;
 
     (void)u64;
-    if (iface->ops->rndv_get(iface, data, NULL, 0, &tw_msg_release_comp) != TW_OK) {
+    if (tw_tl_rndv_get(iface, data, NULL, 0, &tw_msg_release_comp) != TW_OK) {
         tw_debug("msg", "releasing an announced message failed");
     }
 }
@@ -676,7 +676,7 @@ void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
                              .am_id = h.am_id,
                              .am_hdr_len = h.am_hdr_len};
         memcpy(q->bytes, (const unsigned char *)hdr + sizeof(h), h.am_hdr_len);
-        tw_status_t st = iface->ops->rndv_get(iface, rndv, q->bytes + h.am_hdr_len, len, &q->comp);
+        tw_status_t st = tw_tl_rndv_get(iface, rndv, q->bytes + h.am_hdr_len, len, &q->comp);
         if (st != TW_OK) {
             q->comp.cb(&q->comp, st);
         }
@@ -685,7 +685,7 @@ void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     tw_msg_drop(msg, src, "malformed header (rendezvous)");
 release:
     /* Release the sender: its send completes, the data is not read. */
-    if (iface->ops->rndv_get(iface, rndv, NULL, 0, &tw_msg_release_comp) != TW_OK) {
+    if (tw_tl_rndv_get(iface, rndv, NULL, 0, &tw_msg_release_comp) != TW_OK) {
         tw_debug("msg", "releasing a rendezvous of rank %d failed", src);
     }
 }

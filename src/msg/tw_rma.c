@@ -594,7 +594,7 @@ tw_status_t tw_rma_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
         return TW_ERR_INVALID;
     }
     for (unsigned k = 0; k < mr->ntl; k++) {
-        need += 2 + strlen(mr->tl[k].iface->ops->name) + mr->tl[k].len;
+        need += 2 + strlen(mr->tl[k].iface->name) + mr->tl[k].len;
     }
     if (rkey == NULL) {
         *rkey_len = need;
@@ -616,7 +616,7 @@ tw_status_t tw_rma_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
     memcpy(out, &h, sizeof(h));
     out += sizeof(h);
     for (unsigned k = 0; k < mr->ntl; k++) {
-        const char *name = mr->tl[k].iface->ops->name;
+        const char *name = mr->tl[k].iface->name;
         size_t nlen = strlen(name);
         *out++ = (uint8_t)nlen;
         memcpy(out, name, nlen);
@@ -633,7 +633,7 @@ tw_status_t tw_rma_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
 
 tw_status_t tw_rma_add_registrar(tw_rma_t *rma, tw_tl_iface_t *iface)
 {
-    if (rma->nreg == TW_RMA_MAX_REG || strlen(iface->ops->name) > 31) {
+    if (rma->nreg == TW_RMA_MAX_REG || strlen(iface->name) > 31) {
         return TW_ERR_INVALID;
     }
     rma->reg[rma->nreg++] = iface;
@@ -644,9 +644,9 @@ static void tw_rma_release_tl(tw_mr_t *mr)
 {
     for (unsigned k = 0; k < mr->ntl; k++) {
         tw_tl_iface_t *iface = mr->tl[k].iface;
-        tw_status_t st = iface->ops->mem_dereg(iface, mr->tl[k].handle);
+        tw_status_t st = tw_tl_mem_dereg(iface, mr->tl[k].handle);
         if (st != TW_OK) {
-            tw_warn("rma", "%s would not deregister a region: %s", mr->tl[k].iface->ops->name,
+            tw_warn("rma", "%s would not deregister a region: %s", mr->tl[k].iface->name,
                     tw_strerror(st));
         }
     }
@@ -677,13 +677,13 @@ tw_status_t tw_rma_mem_register(tw_rma_t *rma, void *addr, size_t len, tw_mr_t *
         tw_tl_iface_t *iface = rma->reg[k];
         tw_rma_tlkey_t *t = &mr->tl[mr->ntl];
         size_t klen = sizeof(t->bytes);
-        st = iface->ops->mem_reg(iface, addr, len, t->bytes, &klen, &t->handle);
+        st = tw_tl_mem_reg(iface, addr, len, t->bytes, &klen, &t->handle);
         if (st == TW_ERR_UNSUPPORTED) {
             continue; /* no key of its own (a wrapper over a transport without RDMA) */
         }
         if (st != TW_OK) {
-            tw_error("rma", "tw_mem_register: %s refused %zu bytes at %p: %s", iface->ops->name,
-                     len, addr, tw_strerror(st));
+            tw_error("rma", "tw_mem_register: %s refused %zu bytes at %p: %s", iface->name, len,
+                     addr, tw_strerror(st));
             tw_rma_release_tl(mr);
             tw_free(mr, sizeof(*mr));
             return st;
@@ -1103,7 +1103,7 @@ void tw_rma_rndv(tw_rma_t *rma, int src, const void *hdr, size_t hdr_len, size_t
         }
         *x = (tw_rma_xfer_t){
             .comp = {.cb = tw_rma_pull_done}, .rma = rma, .mr = mr, .cookie = h.cookie, .src = src};
-        st = iface->ops->rndv_get(iface, rndv, (void *)(uintptr_t)h.addr, len, &x->comp);
+        st = tw_tl_rndv_get(iface, rndv, (void *)(uintptr_t)h.addr, len, &x->comp);
         if (st != TW_OK) {
             tw_rma_pull_done(&x->comp, st);
         }
@@ -1124,7 +1124,7 @@ void tw_rma_rndv(tw_rma_t *rma, int src, const void *hdr, size_t hdr_len, size_t
             }
             goto release;
         }
-        st = iface->ops->rndv_get(iface, rndv, op->dst, len, &op->comp);
+        st = tw_tl_rndv_get(iface, rndv, op->dst, len, &op->comp);
         if (st != TW_OK) {
             tw_rma_event(op, st);
         }
@@ -1132,7 +1132,7 @@ void tw_rma_rndv(tw_rma_t *rma, int src, const void *hdr, size_t hdr_len, size_t
     }
     tw_rma_drop(rma, src, "a request or ack too large for its kind");
 release:
-    if (iface->ops->rndv_get(iface, rndv, NULL, 0, &tw_rma_release_comp) != TW_OK) {
+    if (tw_tl_rndv_get(iface, rndv, NULL, 0, &tw_rma_release_comp) != TW_OK) {
         tw_debug("rma", "releasing a rendezvous of rank %d failed", src);
     }
 }
@@ -1261,8 +1261,7 @@ static tw_status_t tw_rma_post(tw_rma_t *rma, tw_rma_op_t *op, const tw_rkey_vie
 {
     tw_tl_iface_t *iface = rma->route[op->peer];
     uint32_t cap = op->op == TW_OP_PUT ? TW_TL_CAP_PUT : TW_TL_CAP_GET;
-    const uint8_t *tlkey =
-        (iface->ops->caps & cap) != 0 ? tw_rkey_section(k, iface->ops->name) : NULL;
+    const uint8_t *tlkey = (iface->caps & cap) != 0 ? tw_rkey_section(k, iface->name) : NULL;
     tw_rma_hdr_t h = {.version = TW_MSG_PROTO_VERSION,
                       .type = op->op == TW_OP_PUT ? TW_RMA_PUT_REQ : TW_RMA_GET_REQ,
                       .region = k->h.id,
@@ -1275,9 +1274,9 @@ static tw_status_t tw_rma_post(tw_rma_t *rma, tw_rma_op_t *op, const tw_rkey_vie
     if (tlkey != NULL) {
         atomic_fetch_add_explicit(&op->refs, 1, memory_order_relaxed);
         if (op->op == TW_OP_PUT) {
-            st = iface->ops->put_zcopy(iface, op->peer, src, op->len, raddr, tlkey, &op->comp);
+            st = tw_tl_put_zcopy(iface, op->peer, src, op->len, raddr, tlkey, &op->comp);
         } else {
-            st = iface->ops->get_zcopy(iface, op->peer, op->dst, op->len, raddr, tlkey, &op->comp);
+            st = tw_tl_get_zcopy(iface, op->peer, op->dst, op->len, raddr, tlkey, &op->comp);
         }
         if (st == TW_OK) {
             tw_stats_inc(rma->stats, TW_RMA_STAT_DIRECT);

@@ -7,13 +7,16 @@
  * when off, msg calls the transports directly and none of this runs.
  *
  * ## Where it sits
- * msg sees rel as one iface (ops table "rel") and routes every peer to it.
- * Every transport iface opened below (self, shm, tcp, possibly wrapped by
- * the lossy fault injector) is a *path*; a peer's paths are the ifaces
- * that reach it, in routing order. Transports are opened with rel's
- * callbacks (recv, peer_down) and no inline am ids, so every arrival runs
- * on an engine, and a transport's am_short never calls back into rel on
- * the sending thread (rel calls transports with a peer's lock held).
+ * rel is a wrapper iface (ops table "rel") over every transport iface of
+ * the stack (self, shm, tcp, verbs, possibly wrapped by the lossy fault
+ * injector): each is a *path*; a peer's paths are the ifaces that reach
+ * it, in routing order. msg routes every peer to rel. rel takes each path
+ * over (tw_tl_bind: its recv and peer_down become rel's), and gives a path
+ * that delivers on the sending thread (self) no inline am ids, so its
+ * am_short never calls back into rel on the sending thread (rel calls
+ * paths with a peer's lock held). Its incarnation goes out in its entry
+ * of the address blob; a peer's comes back in addr_connect, which also
+ * finds the paths that reach that peer (they connected first).
  *
  * ## Wire format (tw_rel_proto.h, version 2)
  * A 64-byte header on four transport am ids (DATA, ACK, NACK, CTRL):
@@ -197,6 +200,13 @@
  * receives must not run user code here. */
 static TW_TLS bool tw_rel_in_worker;
 
+/* What each of rel's am ids is (a fault injector's per-class rules). */
+static const uint8_t tw_rel_am_class[64] = {
+    [TW_REL_AM_DATA] = TW_TL_FRAME_DATA, [TW_REL_AM_SDATA] = TW_TL_FRAME_DATA,
+    [TW_REL_AM_ACK] = TW_TL_FRAME_ACK,   [TW_REL_AM_NACK] = TW_TL_FRAME_NACK,
+    [TW_REL_AM_CTRL] = TW_TL_FRAME_CTRL,
+};
+
 static const tw_cfg_entry_t tw_rel_cfg_entries[] = {
     {.name = "TW_REL_RTO",
      .type = TW_CFG_DURATION,
@@ -377,6 +387,7 @@ typedef struct tw_rel_path {
     unsigned index;
 } tw_rel_path_t;
 
+typedef struct tw_rel tw_rel_t;
 struct tw_rel {
     tw_tl_iface_t super; /* what msg routes to */
     tw_rel_cfg_t cfg;
@@ -384,12 +395,8 @@ struct tw_rel {
     int rank;
     int size;
     tw_pe_t *pe;
-    tw_tl_recv_fn_t up_recv;
-    void *up_arg;
-    uint64_t up_inline; /* upper am ids whose arrival runs no user code */
-    tw_tl_peer_down_fn_t up_down;
-    void *up_down_arg;
     tw_rel_path_t paths[TW_REL_MAX_PATHS];
+    tw_tl_iface_t *inner[TW_REL_MAX_PATHS]; /* the paths' ifaces (owned) */
     unsigned npaths;
     uint32_t epoch;
     size_t frag_cap; /* upper header + payload bytes per fragment */
@@ -413,8 +420,6 @@ typedef struct tw_rel_todo {
     bool report;
     tw_status_t why;
 } tw_rel_todo_t;
-
-static const tw_tl_ops_t tw_rel_ops;
 
 /* Time from @p t to @p now; 0 if another thread stamped @p t after this
  * one read @p now. */
@@ -621,9 +626,8 @@ static void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, b
         return; /* a standby path: nothing went over it */
     }
     tw_stats_inc(rel->stats, TW_REL_STAT_FAILOVERS);
-    tw_warn("rel", "path %s to rank %d failed (%s): failing over to %s",
-            rel->paths[g].iface->ops->name, peer, what,
-            rel->paths[tw_rel_cur_path(p)].iface->ops->name);
+    tw_warn("rel", "path %s to rank %d failed (%s): failing over to %s", rel->paths[g].iface->name,
+            peer, what, rel->paths[tw_rel_cur_path(p)].iface->name);
     /* Everything unacked goes again, at once, on the next path. */
     for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
         tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
@@ -864,8 +868,8 @@ static void tw_rel_finish(tw_rel_t *rel, int peer, tw_rel_todo_t *todo)
     }
     if (todo->report) {
         todo->report = false;
-        if (rel->up_down != NULL) {
-            rel->up_down(rel->up_down_arg, peer, todo->why);
+        if (rel->super.peer_down != NULL) {
+            rel->super.peer_down(rel->super.peer_down_arg, peer, todo->why);
         }
     }
 }
@@ -1099,7 +1103,7 @@ static void tw_rel_consume(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_r
 /* May this thread hand a message of upper am id @p am_id up? */
 static bool tw_rel_may_deliver(const tw_rel_t *rel, uint8_t am_id)
 {
-    return !tw_rel_in_worker || (am_id < 64 && (rel->up_inline >> am_id & 1));
+    return !tw_rel_in_worker || (am_id < 64 && (rel->super.inline_am_ids >> am_id & 1));
 }
 
 #define TW_REL_DELIVERING 1u
@@ -1187,8 +1191,8 @@ static void tw_rel_drain(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now
             if (!p->reported) {
                 p->reported = true;
                 pthread_mutex_unlock(&p->lock);
-                if (rel->up_down != NULL) {
-                    rel->up_down(rel->up_down_arg, peer, TW_OK);
+                if (rel->super.peer_down != NULL) {
+                    rel->super.peer_down(rel->super.peer_down_arg, peer, TW_OK);
                 }
                 pthread_mutex_lock(&p->lock);
             }
@@ -1196,8 +1200,8 @@ static void tw_rel_drain(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now
         }
         tw_rel_count(&p->n_delivered);
         pthread_mutex_unlock(&p->lock);
-        rel->up_recv(rel->up_arg, peer, d->h.am_id, d->bytes, d->h.hdr_len, d->bytes + d->h.hdr_len,
-                     d->h.msg_len);
+        rel->super.recv(rel->super.recv_arg, peer, d->h.am_id, d->bytes, d->h.hdr_len,
+                        d->bytes + d->h.hdr_len, d->h.msg_len);
         tw_rel_held_free(d);
         pthread_mutex_lock(&p->lock);
     }
@@ -1394,7 +1398,7 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
             if (tw_rel_cur_path(p) != was) {
                 tw_stats_inc(rel->stats, TW_REL_STAT_FAILBACKS);
                 tw_warn("rel", "path %s to rank %d is healthy again: failing back",
-                        path->iface->ops->name, src);
+                        path->iface->name, src);
             }
         }
         break;
@@ -1416,7 +1420,7 @@ static void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
     pthread_mutex_unlock(&p->lock);
     tw_rel_finish(rel, src, &todo);
     if (up) {
-        rel->up_recv(rel->up_arg, src, h.am_id, uhdr, h.hdr_len, data, h.len);
+        rel->super.recv(rel->super.recv_arg, src, h.am_id, uhdr, h.hdr_len, data, h.len);
         tw_rel_deliverer_exit(rel, p, src);
     }
 }
@@ -1465,7 +1469,7 @@ static void tw_rel_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
         (q = tw_malloc(alloc_len)) == NULL) {
         tw_stats_inc(path->rel->stats, TW_REL_STAT_BAD_FRAMES);
         tw_warn("rel", "rank %d announced a %zu-byte frame: released unread", src, len);
-        (void)iface->ops->rndv_get(iface, rndv, NULL, 0, &ignore);
+        (void)tw_tl_rndv_get(iface, rndv, NULL, 0, &ignore);
         return;
     }
     *q = (tw_rel_pull_t){.comp = {.cb = tw_rel_pull_done},
@@ -1476,7 +1480,7 @@ static void tw_rel_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, s
                          .len = len,
                          .alloc_len = alloc_len};
     memcpy(q->bytes, hdr, hdr_len);
-    tw_status_t st = iface->ops->rndv_get(iface, rndv, q->bytes + hdr_len, len, &q->comp);
+    tw_status_t st = tw_tl_rndv_get(iface, rndv, q->bytes + hdr_len, len, &q->comp);
     if (st != TW_OK) {
         q->comp.cb(&q->comp, st);
     }
@@ -1896,39 +1900,6 @@ static bool tw_rel_reachable(tw_tl_iface_t *iface, int peer)
     return peer >= 0 && peer < rel->size && rel->peers[peer].reach != 0;
 }
 
-static tw_status_t tw_rel_no_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
-{
-    (void)params, (void)iface_p;
-    return TW_ERR_UNSUPPORTED; /* made by tw_rel_create */
-}
-
-static void tw_rel_no_close(tw_tl_iface_t *iface)
-{
-    (void)iface; /* freed by tw_rel_destroy */
-}
-
-static const tw_tl_ops_t tw_rel_ops = {
-    .name = "rel",
-    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY,
-    .query = tw_rel_query,
-    .iface_open = tw_rel_no_open,
-    .iface_close = tw_rel_no_close,
-    .addr_pack = tw_tl_noaddr_pack,
-    .addr_connect = tw_tl_noaddr_connect,
-    .ready = tw_tl_noaddr_ready,
-    .reachable = tw_rel_reachable,
-    .am_short = tw_rel_am_short,
-    .am_zcopy = tw_rel_am_zcopy,
-    .put_zcopy = tw_tl_stub_put_zcopy,
-    .get_zcopy = tw_tl_stub_get_zcopy,
-    .flush = tw_tl_stub_flush,
-    .rndv_get = tw_tl_stub_rndv_get,
-    .progress = tw_tl_stub_progress,
-    .poll = tw_tl_stub_progress,
-    .mem_reg = tw_tl_stub_mem_reg,
-    .mem_dereg = tw_tl_stub_mem_dereg,
-};
-
 /* ---- lifecycle ---------------------------------------------------------- */
 
 static uint64_t tw_rel_monotonic(void)
@@ -1936,180 +1907,77 @@ static uint64_t tw_rel_monotonic(void)
     return tw_time_ns();
 }
 
-tw_status_t tw_rel_create(const tw_rel_params_t *params, tw_rel_t **rel_p)
+/* Which paths reach @p peer (after they connected to it). */
+static void tw_rel_find_paths(tw_rel_t *rel, int peer)
 {
-    tw_rel_t *rel = tw_calloc(1, sizeof(*rel));
-    tw_status_t st = TW_ERR_NOMEM;
+    tw_rel_peer_t *p = &rel->peers[peer];
 
-    if (rel == NULL) {
+    p->reach = 0;
+    for (unsigned g = 0; g < rel->npaths; g++) {
+        if (tw_tl_reachable(rel->paths[g].iface, peer)) {
+            p->reach |= (uint8_t)(1u << g);
+        }
+    }
+}
+
+static tw_status_t tw_rel_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p)
+{
+    tw_rel_t *rel = (tw_rel_t *)iface;
+    tw_rel_addr_t a = {.version = TW_REL_ADDR_VERSION, .epoch = rel->epoch};
+
+    if (cap < sizeof(a)) {
         return TW_ERR_NOMEM;
     }
-    rel->timer_fd = -1;
-    if (params->cfg != NULL) {
-        rel->cfg = *params->cfg;
-    } else {
-        tw_cfg_set_defaults(&tw_rel_cfg_table, &rel->cfg);
-        if (tw_cfg_apply_env(&tw_rel_cfg_table, &rel->cfg) != TW_OK) {
-            st = TW_ERR_INVALID;
-            goto err;
-        }
-    }
-    if (rel->cfg.rto_ns == 0 || rel->cfg.rto_max_ns < rel->cfg.rto_ns ||
-        rel->cfg.keepalive_ns == 0 || rel->cfg.probe_ns == 0) {
-        tw_error("rel", "TW_REL_RTO must be > 0 and <= TW_REL_RTO_MAX; TW_REL_KEEPALIVE and "
-                        "TW_REL_PROBE > 0");
-        st = TW_ERR_INVALID;
-        goto err;
-    }
-    rel->clock = params->clock != NULL ? params->clock : tw_rel_monotonic;
-    rel->rank = params->rank;
-    rel->size = params->size;
-    rel->pe = params->pe;
-    rel->up_recv = params->recv;
-    rel->up_arg = params->recv_arg;
-    rel->up_inline = params->inline_am_ids;
-    rel->up_down = params->peer_down;
-    rel->up_down_arg = params->peer_down_arg;
-    atomic_init(&rel->next_due, UINT64_MAX);
-    atomic_init(&rel->armed_at, UINT64_MAX);
-    atomic_flag_clear(&rel->in_pass);
-    atomic_init(&rel->drain_wanted, false);
-    pthread_mutex_init(&rel->arm_lock, NULL);
-    atomic_init(&rel->logged, 0);
-    do {
-        if (getrandom(&rel->epoch, sizeof(rel->epoch), 0) != (ssize_t)sizeof(rel->epoch)) {
-            rel->epoch = (uint32_t)(tw_time_ns() ^ ((uint64_t)getpid() << 16));
-        }
-    } while (rel->epoch == 0);
-    rel->stats = tw_stats_create("rel", tw_rel_stat_descs, TW_REL_STAT_COUNT);
-    rel->peers = tw_calloc((size_t)rel->size, sizeof(*rel->peers));
-    if (rel->stats == NULL || rel->peers == NULL) {
-        goto err;
-    }
-    for (int i = 0; i < rel->size; i++) {
-        tw_rel_peer_t *p = &rel->peers[i];
-        pthread_mutex_init(&p->lock, NULL);
-        p->snd_una = p->snd_nxt = p->rcv_nxt = (uint32_t)rel->cfg.seq_start;
-        p->epoch = i == rel->rank ? rel->epoch : 0;
-    }
-    tw_stats_set_source(rel->stats, tw_rel_stats_source, rel);
-    for (unsigned g = 0; g < TW_REL_MAX_PATHS; g++) {
-        rel->paths[g] = (tw_rel_path_t){.rel = rel, .index = g};
-    }
-    rel->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (rel->timer_fd < 0) {
-        tw_error("rel", "cannot make a timer: %s", strerror(errno));
-        st = TW_ERR_TRANSPORT;
-        goto err;
-    }
-    rel->super.ops = &tw_rel_ops;
-    rel->super.pe = rel->pe;
-    rel->super.stats = rel->stats;
-    rel->super.rank = rel->rank;
-    rel->super.size = rel->size;
-    rel->super.attr = (tw_tl_attr_t){
-        .max_short = TW_REL_MAX_SHORT, .max_hdr = TW_REL_MAX_UHDR, .max_zcopy = TW_REL_MAX_MSG};
-    *rel_p = rel;
+    memcpy(buf, &a, sizeof(a));
+    *len_p = sizeof(a);
     return TW_OK;
-
-err:
-    tw_rel_destroy(rel);
-    return st;
 }
 
-void tw_rel_path_params(tw_rel_t *rel, unsigned index, tw_tl_params_t *params)
+/* After the paths connected to @p peer: its incarnation, and its paths. */
+static tw_status_t tw_rel_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len)
 {
-    params->recv = tw_rel_recv_cb;
-    params->recv_arg = &rel->paths[index];
-    params->recv_rndv = tw_rel_rndv_cb;
-    params->peer_down = tw_rel_peer_down_cb;
-    params->peer_down_arg = &rel->paths[index];
-    /* Waiting workers may take rel frames in themselves (tw_rel_poll);
-     * rel defers what runs user code to an engine. */
-    params->inline_am_ids = TW_REL_AM_MASK;
-}
+    tw_rel_t *rel = (tw_rel_t *)iface;
+    uint32_t epoch;
 
-void tw_rel_set_path(tw_rel_t *rel, unsigned index, tw_tl_iface_t *iface)
-{
-    rel->paths[index].iface = iface;
-    if (index >= rel->npaths) {
-        rel->npaths = index + 1;
+    if (peer < 0 || peer >= rel->size || peer == rel->rank ||
+        !tw_rel_addr_parse(addr, len, &epoch)) {
+        tw_error("rel", "rank %d published a malformed reliability address (%zu bytes)", peer, len);
+        return TW_ERR_INVALID;
     }
+    rel->peers[peer].epoch = epoch;
+    tw_rel_find_paths(rel, peer);
+    return TW_OK;
 }
 
-uint32_t tw_rel_epoch(const tw_rel_t *rel)
+/* Every rank connected: the clocks start. Registered with the engine
+ * already (tw_tl_pe_add_tree). */
+static void tw_rel_ready(tw_tl_iface_t *iface)
 {
-    return rel->epoch;
-}
-
-void tw_rel_set_peer_epoch(tw_rel_t *rel, int peer, uint32_t epoch)
-{
-    if (peer >= 0 && peer < rel->size) {
-        rel->peers[peer].epoch = epoch;
-    }
-}
-
-tw_status_t tw_rel_ready(tw_rel_t *rel)
-{
+    tw_rel_t *rel = (tw_rel_t *)iface;
     uint64_t now = rel->clock();
-    size_t cap = TW_REL_MAX_SHORT;
 
-    for (unsigned g = 0; g < rel->npaths; g++) {
-        if (rel->paths[g].iface != NULL) {
-            cap = TW_MIN(cap, rel->paths[g].iface->attr.max_short);
-        }
-    }
-    if (cap < sizeof(tw_rel_hdr_t) + TW_REL_MAX_UHDR + 256) {
-        tw_error("rel",
-                 "a transport's largest short message (%zu bytes) is too small to carry "
-                 "reliable fragments",
-                 cap);
-        return TW_ERR_UNSUPPORTED;
-    }
-    rel->frag_cap = cap - sizeof(tw_rel_hdr_t);
     for (int peer = 0; peer < rel->size; peer++) {
         tw_rel_peer_t *p = &rel->peers[peer];
-        for (unsigned g = 0; g < rel->npaths; g++) {
-            tw_tl_iface_t *iface = rel->paths[g].iface;
-            if (iface != NULL && iface->ops->reachable(iface, peer)) {
-                p->reach |= (uint8_t)(1u << g);
-            }
-        }
         p->up = p->reach;
         p->rx_path = (uint8_t)__builtin_ctz(p->reach | 0x80u);
         p->last_rx_ns = now;
         p->clock_ns = now;
         p->ping_due = now + rel->cfg.keepalive_ns;
-        if (p->reach == 0) {
-            tw_error("rel", "no transport reaches rank %d", peer);
-            return TW_ERR_UNREACHABLE;
-        }
     }
     /* In manual mode nobody sleeps on it: callers of tw_progress run
      * the passes. */
     rel->timer_used = tw_pe_has_thread(rel->pe);
     tw_rel_arm(rel, now + TW_MIN(rel->cfg.keepalive_ns, rel->cfg.probe_ns));
-    return tw_pe_add(rel->pe, tw_rel_progress, rel, rel->timer_fd);
 }
 
-tw_tl_iface_t *tw_rel_iface(tw_rel_t *rel)
+/* Say goodbye to every peer (in sequence, after all data) and wait up to
+ * the keepalive bound for every peer to acknowledge everything sent,
+ * driving the engine when it has no thread. */
+static void tw_rel_quiesce(tw_tl_iface_t *iface)
 {
-    return &rel->super;
-}
-
-tw_stats_t *tw_rel_stats(tw_rel_t *rel)
-{
-    return rel->stats;
-}
-
-void tw_rel_quiesce(tw_rel_t *rel, uint64_t timeout_ns)
-{
-    uint64_t deadline;
-
-    if (timeout_ns == 0) {
-        timeout_ns = rel->cfg.keepalive_ns * (uint64_t)rel->cfg.misses;
-    }
-    deadline = rel->clock() + timeout_ns;
+    tw_rel_t *rel = (tw_rel_t *)iface;
+    uint64_t timeout_ns = rel->cfg.keepalive_ns * (uint64_t)rel->cfg.misses;
+    uint64_t deadline = rel->clock() + timeout_ns;
     tw_backoff_t b = TW_BACKOFF_INIT;
 
     for (int peer = 0; peer < rel->size; peer++) {
@@ -2153,21 +2021,18 @@ void tw_rel_quiesce(tw_rel_t *rel, uint64_t timeout_ns)
     }
 }
 
-static int tw_rel_poll_path(void *arg)
+/* A waiting worker polls the paths: arrivals are handled here, messages
+ * that run user code are left to an engine. */
+static int tw_rel_poll(tw_tl_iface_t *iface)
 {
-    tw_tl_iface_t *iface = arg;
-    return iface->ops->poll(iface);
-}
-
-int tw_rel_poll(tw_rel_t *rel)
-{
+    tw_rel_t *rel = (tw_rel_t *)iface;
     int events = 0;
 
     tw_rel_in_worker = true;
     for (unsigned g = 0; g < rel->npaths; g++) {
-        tw_tl_iface_t *iface = rel->paths[g].iface;
-        if (iface != NULL && iface->ops->poll != tw_tl_stub_progress) {
-            events += tw_pe_try_call(iface->pe, tw_rel_poll_path, iface);
+        tw_tl_iface_t *path = rel->paths[g].iface;
+        if (path->caps & TW_TL_CAP_POLL) {
+            events += tw_tl_poll(path);
         }
     }
     events += tw_rel_timers(rel, false);
@@ -2175,13 +2040,202 @@ int tw_rel_poll(tw_rel_t *rel)
     return events;
 }
 
-void tw_rel_inject(tw_rel_t *rel, unsigned index, int src, uint8_t am_id, const void *hdr,
+static int tw_rel_progress_op(tw_tl_iface_t *iface)
+{
+    return tw_rel_progress(iface);
+}
+
+static tw_status_t tw_rel_wrap_wants(const tw_tl_params_t *params, const tw_tl_iface_t *inner,
+                                     bool *wants_p)
+{
+    (void)inner;
+    *wants_p = (params->features & TW_TL_FEATURE_RELIABLE) != 0;
+    return TW_OK;
+}
+
+static tw_status_t tw_rel_wrap_open(tw_tl_iface_t *const *inner, unsigned n,
+                                    const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
+{
+    return tw_rel_wrap(inner, n, params, NULL, iface_p);
+}
+
+static void tw_rel_iface_close(tw_tl_iface_t *iface);
+
+const tw_tl_ops_t tw_rel_ops = {
+    .name = "rel",
+    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_POLL | TW_TL_CAP_WRAPPER |
+            TW_TL_CAP_WRAP_ALL | TW_TL_CAP_JOB_WIDE,
+    .cfg = &tw_rel_cfg_table,
+    .query = tw_rel_query,
+    .iface_open = tw_tl_stub_iface_open,
+    .wrap_wants = tw_rel_wrap_wants,
+    .wrap_open = tw_rel_wrap_open,
+    .iface_close = tw_rel_iface_close,
+    .bind = tw_tl_iface_bind,
+    .addr_pack = tw_rel_addr_pack,
+    .addr_connect = tw_rel_addr_connect,
+    .ready = tw_rel_ready,
+    .quiesce = tw_rel_quiesce,
+    .reachable = tw_rel_reachable,
+    .am_short = tw_rel_am_short,
+    .am_zcopy = tw_rel_am_zcopy,
+    .put_zcopy = tw_tl_stub_put_zcopy,
+    .get_zcopy = tw_tl_stub_get_zcopy,
+    .flush = tw_tl_stub_flush,
+    .rndv_get = tw_tl_stub_rndv_get,
+    .progress = tw_rel_progress_op,
+    .poll = tw_rel_poll,
+    .mem_reg = tw_tl_stub_mem_reg,
+    .mem_dereg = tw_tl_stub_mem_dereg,
+};
+
+static void tw_rel_destroy(tw_rel_t *rel);
+
+/* Its settings, and the one fragment size every path carries. */
+static tw_status_t tw_rel_configure(tw_rel_t *rel, tw_tl_iface_t *const *paths, unsigned n,
+                                    const tw_rel_opts_t *opts)
+{
+    size_t cap = TW_REL_MAX_SHORT;
+
+    if (opts != NULL && opts->cfg != NULL) {
+        rel->cfg = *opts->cfg;
+    } else {
+        tw_cfg_set_defaults(&tw_rel_cfg_table, &rel->cfg);
+        if (tw_cfg_apply_env(&tw_rel_cfg_table, &rel->cfg) != TW_OK) {
+            return TW_ERR_INVALID;
+        }
+    }
+    if (rel->cfg.rto_ns == 0 || rel->cfg.rto_max_ns < rel->cfg.rto_ns ||
+        rel->cfg.keepalive_ns == 0 || rel->cfg.probe_ns == 0) {
+        tw_error("rel", "TW_REL_RTO must be > 0 and <= TW_REL_RTO_MAX; TW_REL_KEEPALIVE and "
+                        "TW_REL_PROBE > 0");
+        return TW_ERR_INVALID;
+    }
+    if (n == 0 || n > TW_REL_MAX_PATHS) {
+        tw_error("rel", "%u paths: want 1..%d", n, TW_REL_MAX_PATHS);
+        return TW_ERR_INVALID;
+    }
+    for (unsigned g = 0; g < n; g++) {
+        cap = TW_MIN(cap, paths[g]->attr.max_short);
+    }
+    if (cap < sizeof(tw_rel_hdr_t) + TW_REL_MAX_UHDR + 256) {
+        tw_error("rel",
+                 "a transport's largest short message (%zu bytes) is too small to carry "
+                 "reliable fragments",
+                 cap);
+        return TW_ERR_UNSUPPORTED;
+    }
+    rel->frag_cap = cap - sizeof(tw_rel_hdr_t);
+    return TW_OK;
+}
+
+/* Take path @p g over: its arrivals and failures come to rel, and a
+ * waiting worker may take rel's frames in (tw_rel_poll) -- but a path that
+ * delivers on the sending thread (self) gets none, since rel calls its
+ * paths with a peer's lock held. */
+static void tw_rel_take_path(tw_rel_t *rel, unsigned g, tw_tl_iface_t *iface,
+                             const tw_tl_params_t *params)
+{
+    tw_tl_params_t up = *params;
+
+    rel->paths[g] = (tw_rel_path_t){.rel = rel, .iface = iface, .index = g};
+    rel->inner[g] = iface;
+    up.recv = tw_rel_recv_cb;
+    up.recv_arg = &rel->paths[g];
+    up.recv_rndv = tw_rel_rndv_cb;
+    up.peer_down = tw_rel_peer_down_cb;
+    up.peer_down_arg = &rel->paths[g];
+    up.inline_am_ids = (iface->caps & TW_TL_CAP_INLINE_SEND) ? 0 : TW_REL_AM_MASK;
+    up.am_class = tw_rel_am_class;
+    tw_tl_bind(iface, &up);
+}
+
+tw_status_t tw_rel_wrap(tw_tl_iface_t *const *paths, unsigned n, const tw_tl_params_t *params,
+                        const tw_rel_opts_t *opts, tw_tl_iface_t **iface_p)
+{
+    tw_rel_t *rel = tw_calloc(1, sizeof(*rel));
+    uint32_t caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY;
+    tw_status_t st = TW_ERR_NOMEM;
+
+    if (rel == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    rel->timer_fd = -1;
+    st = tw_rel_configure(rel, paths, n, opts);
+    if (st != TW_OK) {
+        goto err;
+    }
+    st = TW_ERR_NOMEM;
+    rel->clock = opts != NULL && opts->clock != NULL ? opts->clock : tw_rel_monotonic;
+    rel->rank = params->rank;
+    rel->size = params->size;
+    rel->pe = params->pe;
+    atomic_init(&rel->next_due, UINT64_MAX);
+    atomic_init(&rel->armed_at, UINT64_MAX);
+    atomic_flag_clear(&rel->in_pass);
+    atomic_init(&rel->drain_wanted, false);
+    pthread_mutex_init(&rel->arm_lock, NULL);
+    atomic_init(&rel->logged, 0);
+    do {
+        if (getrandom(&rel->epoch, sizeof(rel->epoch), 0) != (ssize_t)sizeof(rel->epoch)) {
+            rel->epoch = (uint32_t)(tw_time_ns() ^ ((uint64_t)getpid() << 16));
+        }
+    } while (rel->epoch == 0);
+    rel->stats = tw_stats_create("rel", tw_rel_stat_descs, TW_REL_STAT_COUNT);
+    rel->peers = tw_calloc((size_t)rel->size, sizeof(*rel->peers));
+    if (rel->stats == NULL || rel->peers == NULL) {
+        goto err;
+    }
+    for (int i = 0; i < rel->size; i++) {
+        tw_rel_peer_t *p = &rel->peers[i];
+        pthread_mutex_init(&p->lock, NULL);
+        p->snd_una = p->snd_nxt = p->rcv_nxt = (uint32_t)rel->cfg.seq_start;
+        p->epoch = i == rel->rank ? rel->epoch : 0;
+    }
+    tw_stats_set_source(rel->stats, tw_rel_stats_source, rel);
+    rel->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (rel->timer_fd < 0) {
+        tw_error("rel", "cannot make a timer: %s", strerror(errno));
+        st = TW_ERR_TRANSPORT;
+        goto err;
+    }
+    st = tw_pe_watch(rel->pe, rel->timer_fd); /* logs its failure */
+    if (st != TW_OK) {
+        goto err;
+    }
+    /* Nothing fails from here on: the paths become rel's. */
+    rel->npaths = n;
+    for (unsigned g = 0; g < n; g++) {
+        tw_rel_take_path(rel, g, paths[g], params);
+        caps |= paths[g]->caps & TW_TL_CAP_POLL;
+    }
+    tw_tl_wrapper_init(&rel->super, &tw_rel_ops, params, caps, rel->stats, rel->inner, n);
+    rel->super.attr = (tw_tl_attr_t){
+        .max_short = TW_REL_MAX_SHORT, .max_hdr = TW_REL_MAX_UHDR, .max_zcopy = TW_REL_MAX_MSG};
+    tw_rel_find_paths(rel, rel->rank); /* our own: no address exchange */
+    *iface_p = &rel->super;
+    return TW_OK;
+
+err:
+    tw_rel_destroy(rel);
+    return st;
+}
+
+uint32_t tw_rel_epoch(const tw_tl_iface_t *iface)
+{
+    return ((const tw_rel_t *)(const void *)iface)->epoch;
+}
+
+void tw_rel_inject(tw_tl_iface_t *iface, unsigned index, int src, uint8_t am_id, const void *hdr,
                    size_t hdr_len, const void *data, size_t len)
 {
+    tw_rel_t *rel = (tw_rel_t *)iface;
+
     tw_rel_recv_cb(&rel->paths[index], src, am_id, hdr, hdr_len, data, len);
 }
 
-void tw_rel_destroy(tw_rel_t *rel)
+/* Fail what is left (TW_ERR_CANCELED) and free: after the paths closed. */
+static void tw_rel_destroy(tw_rel_t *rel)
 {
     if (rel == NULL) {
         return;
@@ -2214,6 +2268,7 @@ void tw_rel_destroy(tw_rel_t *rel)
         tw_free(rel->peers, (size_t)rel->size * sizeof(*rel->peers));
     }
     if (rel->timer_fd >= 0) {
+        tw_pe_unwatch(rel->pe, rel->timer_fd);
         close(rel->timer_fd);
     }
     pthread_mutex_destroy(&rel->arm_lock);
@@ -2221,4 +2276,9 @@ void tw_rel_destroy(tw_rel_t *rel)
         tw_stats_destroy(rel->stats);
     }
     tw_free(rel, sizeof(*rel));
+}
+
+static void tw_rel_iface_close(tw_tl_iface_t *iface)
+{
+    tw_rel_destroy((tw_rel_t *)iface);
 }

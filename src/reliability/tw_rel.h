@@ -1,19 +1,18 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * The reliability layer (tw_rel.c has the design essay). It sits between
- * the messaging layer and the transports when tw_config_t.reliable /
- * TW_RELIABLE is on, and presents itself to msg as one more iface (ops
- * table "rel"): msg routes every peer to it and keeps its one code path.
- * Below, every opened transport iface is a path; rel sends each fragment
- * on the first healthy path that reaches the peer.
+ * The reliability layer (tw_rel.c has the design essay): a wrapper iface
+ * (ops table "rel", TW_TL_CAP_WRAP_ALL) over every transport of the
+ * stack. The runtime puts it on top when tw_config_t.reliable /
+ * TW_RELIABLE asks for TW_TL_FEATURE_RELIABLE; msg then routes every peer
+ * to it. Below, each transport iface is a path; rel sends each fragment on
+ * the first healthy path that reaches the peer.
  *
- * Order of use (runtime): tw_rel_create; open each transport with
- * recv / recv_arg / peer_down / peer_down_arg from tw_rel_path_params and
- * register it with tw_rel_set_path; publish tw_rel_epoch and hand each
- * peer's to tw_rel_set_peer_epoch; tw_rel_ready (paths per peer); traffic;
- * at finalize tw_rel_quiesce (goodbyes, waits for acks) with the engines
- * still running; tw_rel_destroy after the transports closed.
+ * Its lifecycle is the ops table's (tw_tl.h): addr_pack publishes its
+ * incarnation and addr_connect takes a peer's (and finds the paths that
+ * reach it: the paths connected first); ready starts its clocks; quiesce
+ * says goodbye at finalize with the engines still running; close fails
+ * what is left, after the paths closed.
  */
 #ifndef TW_REL_H
 #define TW_REL_H
@@ -27,8 +26,6 @@
 #include "transports/base/tw_tl.h"
 
 #define TW_REL_MAX_PATHS 8
-
-typedef struct tw_rel tw_rel_t;
 
 /* Tunables (TW_REL_*; table tw_rel_cfg_table). */
 typedef struct tw_rel_cfg {
@@ -46,18 +43,11 @@ typedef struct tw_rel_cfg {
 
 extern const tw_cfg_table_t tw_rel_cfg_table;
 
-typedef struct tw_rel_params {
-    int rank;
-    int size;
-    tw_pe_t *pe;             /* runs rel's timers */
+/* What tests set instead of the environment and the clock. */
+typedef struct tw_rel_opts {
     const tw_rel_cfg_t *cfg; /* NULL: defaults and the environment */
-    tw_tl_recv_fn_t recv;    /* upper arrivals (msg) */
-    void *recv_arg;
-    uint64_t inline_am_ids;         /* upper am ids whose arrival runs no user code */
-    tw_tl_peer_down_fn_t peer_down; /* upper: the peer is gone (TW_OK: it left) */
-    void *peer_down_arg;
-    uint64_t (*clock)(void); /* ns; NULL: the monotonic clock (tests drive their own) */
-} tw_rel_params_t;
+    uint64_t (*clock)(void); /* ns; NULL: the monotonic clock */
+} tw_rel_opts_t;
 
 enum {
     TW_REL_STAT_FRAGS_SENT,
@@ -79,40 +69,24 @@ enum {
     TW_REL_STAT_COUNT
 };
 
-tw_status_t tw_rel_create(const tw_rel_params_t *params, tw_rel_t **rel_p);
-/** Fail what is left (TW_ERR_CANCELED) and free. After the transports
- * closed. */
-void tw_rel_destroy(tw_rel_t *rel);
+extern const tw_tl_ops_t tw_rel_ops;
 
-/** Fill @p params' recv, recv_rndv, peer_down fields for path @p index
- * (< TW_REL_MAX_PATHS), and inline_am_ids = rel's ids: a transport that
- * delivers those on the sending thread (self) must be given 0 instead --
- * rel calls transports with a peer's lock held. */
-void tw_rel_path_params(tw_rel_t *rel, unsigned index, tw_tl_params_t *params);
-void tw_rel_set_path(tw_rel_t *rel, unsigned index, tw_tl_iface_t *iface);
+/** Open rel over @p paths[0 .. @p n) (n <= TW_REL_MAX_PATHS, in routing
+ * order), taking them over (their callbacks become rel's; a path with
+ * TW_TL_CAP_INLINE_SEND gets no inline ids). @p params: the layer above
+ * (msg) and the engine that runs rel's timers. Its ops' wrap_open is this
+ * with @p opts NULL. TW_OK (rel owns the paths: tw_tl_close closes them
+ * first); TW_ERR_INVALID (settings), TW_ERR_UNSUPPORTED (a path's short
+ * messages cannot carry a fragment), TW_ERR_NOMEM, TW_ERR_TRANSPORT
+ * (timer): the paths are untouched. Thread: the caller of tw_init. */
+tw_status_t tw_rel_wrap(tw_tl_iface_t *const *paths, unsigned n, const tw_tl_params_t *params,
+                        const tw_rel_opts_t *opts, tw_tl_iface_t **iface_p);
 
-uint32_t tw_rel_epoch(const tw_rel_t *rel);
-void tw_rel_set_peer_epoch(tw_rel_t *rel, int peer, uint32_t epoch);
-/** Paths per peer; TW_ERR_UNREACHABLE when a peer has none. Registers the
- * timers with the engine. Before the engines start. */
-tw_status_t tw_rel_ready(tw_rel_t *rel);
-
-/** What msg routes to. */
-tw_tl_iface_t *tw_rel_iface(tw_rel_t *rel);
-tw_stats_t *tw_rel_stats(tw_rel_t *rel);
-
-/** Say goodbye to every peer (in sequence, after all data) and wait up to
- * @p timeout_ns (0: the keepalive bound) for every peer to acknowledge everything sent, driving
- * the engine when it has no thread. Thread: the caller of tw_finalize. */
-void tw_rel_quiesce(tw_rel_t *rel, uint64_t timeout_ns);
-
-/** A waiting worker polls the paths (tw_progress, tw_cq_wait with
- * progress threads): arrivals are handled here, messages that run user
- * code are left to an engine. Returns events. Thread: any. */
-int tw_rel_poll(tw_rel_t *rel);
+/** This process's incarnation (what addr_pack publishes). */
+uint32_t tw_rel_epoch(const tw_tl_iface_t *rel);
 
 /** Test hook: hand a frame to rel as if path @p index delivered it. */
-void tw_rel_inject(tw_rel_t *rel, unsigned index, int src, uint8_t am_id, const void *hdr,
+void tw_rel_inject(tw_tl_iface_t *rel, unsigned index, int src, uint8_t am_id, const void *hdr,
                    size_t hdr_len, const void *data, size_t len);
 
 #endif /* TW_REL_H */

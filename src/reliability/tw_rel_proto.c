@@ -156,3 +156,19 @@ tw_rel_parse_t tw_rel_parse(uint8_t am_id, const void *hdr, size_t hdr_len, cons
     *out = h;
     return TW_REL_PARSE_OK;
 }
+
+bool tw_rel_addr_parse(const void *buf, size_t len, uint32_t *epoch_p)
+{
+    tw_rel_addr_t a;
+
+    if (buf == NULL || len != sizeof(a)) {
+        return false;
+    }
+    memcpy(&a, buf, sizeof(a));
+    if (a.version != TW_REL_ADDR_VERSION || a.reserved[0] != 0 || a.reserved[1] != 0 ||
+        a.reserved[2] != 0 || a.epoch == 0) {
+        return false;
+    }
+    *epoch_p = a.epoch;
+    return true;
+}

@@ -26,6 +26,7 @@
 #ifndef TW_REL_PROTO_H
 #define TW_REL_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -136,5 +137,19 @@ tw_rel_parse_t tw_rel_parse(uint8_t am_id, const void *hdr, size_t hdr_len, cons
 
 /** The transport am id that carries frames of @p type. */
 uint8_t tw_rel_am_of(uint8_t type);
+
+/* Rel's entry in the job's address blob: this process's incarnation, so
+ * that peers drop frames of any other. Checked by tw_rel_addr_parse. */
+#define TW_REL_ADDR_VERSION 1
+typedef struct tw_rel_addr {
+    uint8_t version; /* TW_REL_ADDR_VERSION */
+    uint8_t reserved[3];
+    uint32_t epoch; /* never 0 */
+} tw_rel_addr_t;
+_Static_assert(sizeof(tw_rel_addr_t) == 8, "rel address entry layout");
+
+/** Check @p len bytes at @p buf as a rel address entry; on success
+ * *@p epoch_p is the peer's incarnation. False: malformed. */
+bool tw_rel_addr_parse(const void *buf, size_t len, uint32_t *epoch_p);
 
 #endif /* TW_REL_PROTO_H */

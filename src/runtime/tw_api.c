@@ -10,9 +10,7 @@
 #include "core/tw_log.h"
 #include "msg/tw_rma.h"
 #include "progress/tw_cq.h"
-#include "reliability/tw_rel.h"
 #include "runtime/tw_context_int.h"
-#include "transports/lossy/tw_lossy.h"
 
 /* A buffer of @p len bytes at @p buf can exist: no object is larger than
  * PTRDIFF_MAX, and it must not wrap the address space. */
@@ -36,12 +34,6 @@ int tw_size(const tw_context_t *ctx)
     return impl != NULL ? impl->size : -1;
 }
 
-static int tw_api_poll_iface(void *arg)
-{
-    tw_tl_iface_t *iface = arg;
-    return iface->ops->poll(iface);
-}
-
 int tw_progress(tw_context_t *ctx)
 {
     tw_ctx_impl_t *impl;
@@ -56,13 +48,9 @@ int tw_progress(tw_context_t *ctx)
     if (!impl->manual) {
         /* Progress threads own the engines and run AM handlers; while one
          * is idle, the caller may take tagged arrivals in itself. */
-        if (impl->rel != NULL) {
-            return tw_rel_poll(impl->rel);
-        }
-        for (unsigned i = 0; i < impl->ntl; i++) {
-            tw_tl_iface_t *iface = impl->ifaces[i];
-            if (iface->ops->poll != tw_tl_stub_progress) {
-                events += tw_pe_try_call(iface->pe, tw_api_poll_iface, iface);
+        for (unsigned i = 0; i < impl->ntop; i++) {
+            if (impl->tops[i]->caps & TW_TL_CAP_POLL) {
+                events += tw_tl_poll(impl->tops[i]);
             }
         }
         return events;
@@ -267,6 +255,16 @@ tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn, void 
     return TW_OK;
 }
 
+/* Every iface of the stack, inner ones first, that counts something. */
+static int tw_api_print_iface(tw_tl_iface_t *iface, void *arg)
+{
+    if (iface->stats != NULL) {
+        fputs("  ", arg);
+        tw_stats_print_group(iface->stats, arg);
+    }
+    return 0;
+}
+
 tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
 {
     tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_stats_print");
@@ -286,17 +284,8 @@ tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
                 tw_pe_binding(impl->pes[i]));
         tw_stats_print_group(tw_pe_stats(impl->pes[i]), out);
     }
-    for (unsigned i = 0; i < impl->ntl; i++) {
-        fputs("  ", out);
-        tw_stats_print_group(impl->ifaces[i]->stats, out);
-        if (tw_lossy_stats(impl->ifaces[i]) != NULL) {
-            fputs("  ", out);
-            tw_stats_print_group(tw_lossy_stats(impl->ifaces[i]), out);
-        }
-    }
-    if (impl->rel != NULL) {
-        fputs("  ", out);
-        tw_stats_print_group(tw_rel_stats(impl->rel), out);
+    for (unsigned i = 0; i < impl->ntop; i++) {
+        (void)tw_tl_walk(impl->tops[i], tw_api_print_iface, out);
     }
     fputs("  ", out);
     tw_stats_print_group(tw_msg_stats(impl->msg), out);

@@ -17,15 +17,8 @@
 #include "msg/tw_msg_proto.h"
 #include "msg/tw_rma.h"
 #include "progress/tw_cq.h"
-#include "reliability/tw_rel.h"
-#include "reliability/tw_rel_proto.h"
 #include "runtime/tw_boot.h"
 #include "runtime/tw_context_int.h"
-#include "transports/lossy/tw_fault.h"
-#include "transports/lossy/tw_lossy.h"
-#include "transports/shm/tw_shm.h"
-#include "transports/tcp/tw_tcp.h"
-#include "transports/verbs/tw_verbs.h"
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
 
@@ -53,21 +46,6 @@ static const tw_cfg_entry_t tw_rt_cfg_entries[] = {
      .defval = "0",
      .help = "reliability layer: checksums, acks, retransmission, failover (TW_REL_* tune it)",
      .offset = offsetof(tw_rt_cfg_t, reliable)},
-    {.name = "TW_FAULT",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "fault injection (testing): e.g. drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=42",
-     .offset = offsetof(tw_rt_cfg_t, fault)},
-    {.name = "TW_FAULT_ON",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "transports TW_FAULT applies to (comma list); empty = every one",
-     .offset = offsetof(tw_rt_cfg_t, fault_on)},
-    {.name = "TW_FAULT_RANKS",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "ranks in which TW_FAULT applies (comma list); empty = every one",
-     .offset = offsetof(tw_rt_cfg_t, fault_ranks)},
     {.name = "TW_SPIN_TIME",
      .type = TW_CFG_DURATION,
      .defval = "50us",
@@ -147,10 +125,24 @@ static const tw_cfg_table_t tw_boot_cfg_table = {
     .count = TW_ARRAY_SIZE(tw_boot_cfg_entries),
 };
 
-const tw_cfg_table_t *const tw_cfg_all_tables[] = {
-    &tw_core_cfg_table, &tw_rt_cfg_table,    &tw_boot_cfg_table, &tw_shm_cfg_table,
-    &tw_tcp_cfg_table,  &tw_verbs_cfg_table, &tw_rel_cfg_table};
-const size_t tw_cfg_all_tables_count = TW_ARRAY_SIZE(tw_cfg_all_tables);
+size_t tw_cfg_all_tables(const tw_cfg_table_t **tables, size_t max)
+{
+    const tw_tl_ops_t *const *lists[] = {tw_tl_all, tw_tl_wrappers, tw_stack_layers};
+    const tw_cfg_table_t *own[] = {&tw_core_cfg_table, &tw_rt_cfg_table, &tw_boot_cfg_table};
+    size_t n = 0;
+
+    for (size_t i = 0; i < TW_ARRAY_SIZE(own) && n < max; i++) {
+        tables[n++] = own[i];
+    }
+    for (size_t l = 0; l < TW_ARRAY_SIZE(lists); l++) {
+        for (size_t i = 0; lists[l][i] != NULL && n < max; i++) {
+            if (lists[l][i]->cfg != NULL) {
+                tables[n++] = lists[l][i]->cfg;
+            }
+        }
+    }
+    return n;
+}
 
 /* ---- context shells -------------------------------------------------- */
 
@@ -271,14 +263,17 @@ static tw_status_t tw_ctx_configure(const tw_config_t *user, tw_rt_cfg_t *rc)
         tw_cfg_apply_env(&tw_rt_cfg_table, rc) != TW_OK) {
         return TW_ERR_INVALID;
     }
-    /* A bad TW_REL_* value is an error even with reliability off. */
-    tw_rel_cfg_t relc;
-    tw_cfg_set_defaults(&tw_rel_cfg_table, &relc);
-    if (tw_cfg_apply_env(&tw_rel_cfg_table, &relc) != TW_OK) {
-        return TW_ERR_INVALID;
+    /* A bad value is an error even for a module this job will not use
+     * (TW_REL_* with reliability off, TW_VERBS_* without verbs). */
+    const tw_cfg_table_t *tables[32];
+    size_t ntables = tw_cfg_all_tables(tables, TW_ARRAY_SIZE(tables));
+    for (size_t i = 0; i < ntables; i++) {
+        if (tw_cfg_check_env(tables[i]) != TW_OK) {
+            return TW_ERR_INVALID;
+        }
     }
     tw_log_set_level((tw_log_level_t)core.log_level);
-    tw_cfg_warn_unknown(tw_cfg_all_tables, tw_cfg_all_tables_count);
+    tw_cfg_warn_unknown(tables, ntables);
     if ((rc->match_buckets & (rc->match_buckets - 1)) != 0) {
         tw_error("init", "TW_MATCH_BUCKETS=%llu is not a power of two",
                  (unsigned long long)rc->match_buckets);
@@ -353,41 +348,6 @@ static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
     return TW_OK;
 }
 
-/* Checks TW_TRANSPORTS / cfg.transports names: every name must be known;
- * a transport named but not usable here (verbs without an RDMA device or
- * without libibverbs at build time) is TW_ERR_UNSUPPORTED, with the reason. */
-static tw_status_t tw_ctx_check_transports(const char *list)
-{
-    char buf[TW_CFG_STRLEN];
-    char *save = NULL;
-
-    strcpy(buf, list);
-    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
-        const tw_tl_ops_t *ops = tw_tl_find(t);
-        if (ops != NULL) {
-            char why[256] = "";
-            if (ops->query(why, sizeof(why)) != TW_OK) {
-                tw_error("init", "transport '%s' in TW_TRANSPORTS is not usable here: %s", t, why);
-                return TW_ERR_UNSUPPORTED;
-            }
-            continue;
-        }
-        if (strcmp(t, "lossy") == 0) {
-            tw_error("init", "lossy wraps the other transports: set TW_FAULT (and TW_FAULT_ON), "
-                             "not TW_TRANSPORTS");
-            return TW_ERR_INVALID;
-        }
-        char known[128] = "";
-        for (size_t i = 0; tw_tl_all[i] != NULL; i++) {
-            size_t n = strlen(known);
-            snprintf(known + n, sizeof(known) - n, "%s%s", n > 0 ? ", " : "", tw_tl_all[i]->name);
-        }
-        tw_error("init", "unknown transport '%s' in TW_TRANSPORTS (known: %s)", t, known);
-        return TW_ERR_INVALID;
-    }
-    return TW_OK;
-}
-
 static tw_status_t tw_ctx_start_engines(tw_ctx_impl_t *impl)
 {
     int n = impl->cfg.progress_threads;
@@ -428,34 +388,6 @@ static tw_status_t tw_ctx_start_engines(tw_ctx_impl_t *impl)
     return TW_OK;
 }
 
-static int tw_ctx_iface_progress(void *arg)
-{
-    return tw_tl_progress(arg);
-}
-
-/* Is transport @p ops selected by TW_TRANSPORTS (empty: every one not
- * opt-in)? self always is. */
-static bool tw_ctx_tl_wanted(const tw_ctx_impl_t *impl, const tw_tl_ops_t *ops)
-{
-    const char *name = ops->name;
-    char buf[TW_CFG_STRLEN];
-    char *save = NULL;
-
-    if (strcmp(name, "self") == 0) {
-        return true;
-    }
-    if (impl->cfg.transports[0] == '\0') {
-        return !ops->opt_in;
-    }
-    strcpy(buf, impl->cfg.transports);
-    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
-        if (strcmp(t, name) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /* A transport saw a peer go (engine thread): fail what waits for it in the
  * messaging layer, then tell the application -- unless it left cleanly. */
 static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
@@ -482,270 +414,14 @@ static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
     }
 }
 
-/* Open transport @p ops, wrapped by the fault injector when TW_FAULT
- * says so. */
-static tw_status_t tw_ctx_open_one(tw_ctx_impl_t *impl, const tw_tl_ops_t *ops,
-                                   const tw_tl_params_t *p, const tw_fault_spec_t *fault,
-                                   tw_tl_iface_t **iface_p)
-{
-    static uint8_t am_type[64];
-
-    char rank[16];
-
-    snprintf(rank, sizeof(rank), "%d", impl->rank);
-    if (fault == NULL || !tw_cfg_list_has(impl->cfg.fault_on, ops->name, NULL) ||
-        !tw_cfg_list_has(impl->cfg.fault_ranks, rank, NULL)) {
-        return ops->iface_open(p, iface_p);
-    }
-    am_type[TW_REL_AM_DATA] = TW_FAULT_DATA;
-    am_type[TW_REL_AM_SDATA] = TW_FAULT_DATA;
-    am_type[TW_REL_AM_ACK] = TW_FAULT_ACK;
-    am_type[TW_REL_AM_NACK] = TW_FAULT_NACK;
-    am_type[TW_REL_AM_CTRL] = TW_FAULT_CTRL;
-    tw_info("init", "transport %s: fault injection TW_FAULT=%s", ops->name, impl->cfg.fault);
-    return tw_lossy_open(ops, p, fault, am_type, iface_p);
-}
-
-static tw_status_t tw_ctx_open_transports(tw_ctx_impl_t *impl)
-{
-    tw_tl_params_t p = {.rank = impl->rank,
-                        .size = impl->size,
-                        .pe = impl->pes[0],
-                        .pe_params = &impl->pe_params,
-                        .recv = tw_msg_recv_cb,
-                        .recv_arg = impl->msg,
-                        .inline_am_ids = 1ull << TW_MSG_AM_TAG,
-                        .recv_rndv = tw_msg_rndv_cb,
-                        .peer_down = tw_ctx_peer_down,
-                        .peer_down_arg = impl,
-                        .job_key = impl->job_key,
-                        .local_rank = impl->local_rank,
-                        .local_size = impl->local_size};
-    char why[128];
-    tw_fault_spec_t fault;
-    bool faulty = false;
-
-    if (impl->cfg.fault[0] != '\0') {
-        if (tw_fault_parse(impl->cfg.fault, &fault, why, sizeof(why)) != TW_OK) {
-            tw_error("init", "TW_FAULT=%s: %s", impl->cfg.fault, why);
-            return TW_ERR_INVALID;
-        }
-        faulty = fault.any;
-        /* Every name and rank it lists must exist: a typo would silently
-         * inject nothing. */
-        char buf[TW_CFG_STRLEN];
-        char *save = NULL, *end;
-        snprintf(buf, sizeof(buf), "%s", impl->cfg.fault_on);
-        for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
-            if (tw_tl_find(t) == NULL) {
-                tw_error("init", "TW_FAULT_ON=%s: no transport '%s'", impl->cfg.fault_on, t);
-                return TW_ERR_INVALID;
-            }
-        }
-        snprintf(buf, sizeof(buf), "%s", impl->cfg.fault_ranks);
-        save = NULL;
-        for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
-            long r = strtol(t, &end, 10);
-            if (*end != '\0' || r < 0 || r >= impl->size) {
-                tw_error("init", "TW_FAULT_RANKS=%s: '%s' is not a rank of this job of %d",
-                         impl->cfg.fault_ranks, t, impl->size);
-                return TW_ERR_INVALID;
-            }
-        }
-    }
-    for (size_t i = 0; tw_tl_all[i] != NULL && impl->ntl < TW_CTX_MAX_TL; i++) {
-        const tw_tl_ops_t *ops = tw_tl_all[i];
-        tw_tl_iface_t *iface;
-        tw_status_t st;
-
-        if (!tw_ctx_tl_wanted(impl, ops)) {
-            continue;
-        }
-        /* A job of one needs nothing but self. */
-        if (impl->size == 1 && strcmp(ops->name, "self") != 0) {
-            continue;
-        }
-        if (ops->query(why, sizeof(why)) != TW_OK) {
-            tw_debug("init", "transport %s unavailable: %s", ops->name, why);
-            continue;
-        }
-        tw_tl_params_t pp = p;
-        if (impl->rel != NULL) {
-            tw_rel_path_params(impl->rel, impl->ntl, &pp);
-            if (ops->inline_on_send) {
-                pp.inline_am_ids = 0; /* it would deliver inside rel's lock */
-            }
-        }
-        st = tw_ctx_open_one(impl, ops, &pp, faulty ? &fault : NULL, &iface);
-        if (st != TW_OK) {
-            tw_error("init", "cannot open transport %s: %s", ops->name, tw_strerror(st));
-            return st;
-        }
-        if (impl->rel != NULL) {
-            tw_rel_set_path(impl->rel, impl->ntl, iface);
-        }
-        impl->ifaces[impl->ntl++] = iface;
-        st = tw_pe_add(impl->pes[0], tw_ctx_iface_progress, iface, -1);
-        if (st == TW_OK && ops->poll != tw_tl_stub_progress) {
-            st = tw_pe_workers_poll(impl->pes[0]); /* tw_progress, tw_cq_wait */
-        }
-        if (st != TW_OK) {
-            return st;
-        }
-    }
-    return TW_OK;
-}
-
-/*
- * Exchange transport addresses through the launcher and connect. Blob:
- * per iface, u8 name length, name, u16 address length, address. Two
- * fences: after the puts (every address is there), and after every rank
- * connected (the transports may then drop what only connecting needed,
- * e.g. segment names).
- */
-static tw_status_t tw_ctx_exchange(tw_ctx_impl_t *impl)
-{
-    unsigned char blob[TW_BOOT_BLOB_MAX];
-    size_t off = 0;
-    tw_status_t st;
-
-    if (impl->boot == NULL) {
-        return TW_OK; /* a job of one */
-    }
-    if (impl->rel != NULL) {
-        /* "rel" and our incarnation: peers drop frames of any other. */
-        uint32_t epoch = tw_rel_epoch(impl->rel);
-        blob[0] = 3;
-        memcpy(blob + 1, "rel", 3);
-        blob[4] = sizeof(epoch);
-        blob[5] = 0;
-        memcpy(blob + 6, &epoch, sizeof(epoch));
-        off = 6 + sizeof(epoch);
-    }
-    for (unsigned i = 0; i < impl->ntl; i++) {
-        tw_tl_iface_t *iface = impl->ifaces[i];
-        size_t nlen = strlen(iface->ops->name), alen = 0;
-        if (off + 1 + nlen + 2 > sizeof(blob)) {
-            tw_error("init", "transport addresses do not fit the %zu-byte bootstrap blob",
-                     sizeof(blob));
-            return TW_ERR_BOOTSTRAP;
-        }
-        blob[off] = (unsigned char)nlen;
-        memcpy(blob + off + 1, iface->ops->name, nlen);
-        st = iface->ops->addr_pack(iface, blob + off + 3 + nlen, sizeof(blob) - off - 3 - nlen,
-                                   &alen);
-        if (st != TW_OK || alen > UINT16_MAX) {
-            tw_error("init", "transport %s cannot pack its address", iface->ops->name);
-            return TW_ERR_BOOTSTRAP;
-        }
-        blob[off + 1 + nlen] = (unsigned char)(alen & 0xff);
-        blob[off + 2 + nlen] = (unsigned char)(alen >> 8);
-        off += 3 + nlen + alen;
-    }
-    if (tw_boot_put(impl->boot, blob, off) != TW_OK || tw_boot_fence(impl->boot, 60000) != TW_OK) {
-        return TW_ERR_BOOTSTRAP;
-    }
-    for (int peer = 0; peer < impl->size; peer++) {
-        size_t len = sizeof(blob);
-        if (peer == impl->rank) {
-            continue;
-        }
-        if (tw_boot_get(impl->boot, peer, blob, &len) != TW_OK) {
-            return TW_ERR_BOOTSTRAP;
-        }
-        /* Walk the peer's blob; every length is checked. */
-        bool peer_rel = false;
-        for (size_t o = 0; o < len;) {
-            size_t nlen = blob[o], alen;
-            if (o + 1 + nlen + 2 > len) {
-                tw_error("init", "rank %d published a malformed address blob", peer);
-                return TW_ERR_BOOTSTRAP;
-            }
-            alen = blob[o + 1 + nlen] | (size_t)blob[o + 2 + nlen] << 8;
-            if (o + 3 + nlen + alen > len) {
-                tw_error("init", "rank %d published a malformed address blob", peer);
-                return TW_ERR_BOOTSTRAP;
-            }
-            if (nlen == 3 && memcmp(blob + o + 1, "rel", 3) == 0) {
-                uint32_t epoch;
-                if (alen != sizeof(epoch)) {
-                    tw_error("init", "rank %d published a malformed address blob", peer);
-                    return TW_ERR_BOOTSTRAP;
-                }
-                memcpy(&epoch, blob + o + 3 + nlen, sizeof(epoch));
-                peer_rel = true;
-                if (impl->rel != NULL) {
-                    tw_rel_set_peer_epoch(impl->rel, peer, epoch);
-                }
-            }
-            for (unsigned i = 0; i < impl->ntl; i++) {
-                tw_tl_iface_t *iface = impl->ifaces[i];
-                if (strlen(iface->ops->name) == nlen &&
-                    memcmp(iface->ops->name, blob + o + 1, nlen) == 0) {
-                    st = iface->ops->addr_connect(iface, peer, blob + o + 3 + nlen, alen);
-                    if (st != TW_OK) {
-                        tw_error("init", "transport %s cannot connect to rank %d: %s",
-                                 iface->ops->name, peer, tw_strerror(st));
-                        return st;
-                    }
-                }
-            }
-            o += 3 + nlen + alen;
-        }
-        if (peer_rel != (impl->rel != NULL)) {
-            tw_error("init",
-                     "rank %d runs with reliability %s and this rank %s: set TW_RELIABLE "
-                     "alike on every rank",
-                     peer, peer_rel ? "on" : "off", impl->rel != NULL ? "on" : "off");
-            return TW_ERR_INVALID;
-        }
-    }
-    if (tw_boot_fence(impl->boot, 60000) != TW_OK) {
-        return TW_ERR_BOOTSTRAP;
-    }
-    return TW_OK;
-}
-
-/* Every peer goes through the first transport (in tw_tl_all order: self,
- * shm, ...) that reaches it. */
-static tw_status_t tw_ctx_route(tw_ctx_impl_t *impl)
-{
-    if (impl->rel != NULL) {
-        /* Every peer through rel, which picks among the transports. */
-        tw_status_t st = tw_rel_ready(impl->rel);
-        if (st != TW_OK) {
-            return st;
-        }
-        for (int peer = 0; peer < impl->size; peer++) {
-            tw_msg_set_route(impl->msg, peer, tw_rel_iface(impl->rel));
-        }
-        return TW_OK;
-    }
-    for (int peer = 0; peer < impl->size; peer++) {
-        tw_tl_iface_t *via = NULL;
-        for (unsigned i = 0; i < impl->ntl && via == NULL; i++) {
-            if (impl->ifaces[i]->ops->reachable(impl->ifaces[i], peer)) {
-                via = impl->ifaces[i];
-            }
-        }
-        if (via == NULL) {
-            tw_error("init", "no transport reaches rank %d (TW_TRANSPORTS='%s')", peer,
-                     impl->cfg.transports);
-            return TW_ERR_UNREACHABLE;
-        }
-        tw_msg_set_route(impl->msg, peer, via);
-    }
-    return TW_OK;
-}
-
 static int tw_ctx_rma_progress(void *arg)
 {
     return tw_progress(arg);
 }
 
 /* One-sided operations: replies retried on engine 0, manual progress
- * while a region drains, and RDMA registration where routes are direct
- * (with reliability on, every route is rel's, which emulates). */
+ * while a region drains, and RDMA registration where a route registers
+ * memory (with reliability on, every route is rel's, which emulates). */
 static tw_status_t tw_ctx_rma_setup(tw_ctx_impl_t *impl)
 {
     tw_rma_t *rma = tw_msg_rma(impl->msg);
@@ -754,10 +430,9 @@ static tw_status_t tw_ctx_rma_setup(tw_ctx_impl_t *impl)
     if (impl->manual) {
         tw_rma_set_progress(rma, tw_ctx_rma_progress, impl->ctx);
     }
-    for (unsigned i = 0; st == TW_OK && impl->rel == NULL && i < impl->ntl; i++) {
-        tw_tl_iface_t *iface = impl->ifaces[i];
-        if (iface->ops->mem_reg != tw_tl_stub_mem_reg) {
-            st = tw_rma_add_registrar(rma, iface);
+    for (unsigned i = 0; st == TW_OK && i < impl->ntop; i++) {
+        if (impl->tops[i]->caps & TW_TL_CAP_MEM_REG) {
+            st = tw_rma_add_registrar(rma, impl->tops[i]);
         }
     }
     return st;
@@ -814,13 +489,8 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
         /* Regions left registered go while their transports are open. */
         tw_rma_release_regions(tw_msg_rma(impl->msg));
     }
-    /* Transports first: what they cancel completes through msg. */
-    for (unsigned i = 0; i < impl->ntl; i++) {
-        impl->ifaces[i]->ops->iface_close(impl->ifaces[i]);
-    }
-    if (impl->rel != NULL) {
-        tw_rel_destroy(impl->rel); /* before msg: its sends complete there */
-    }
+    /* The stack first: what it cancels completes through msg. */
+    tw_stack_close(impl);
     if (impl->msg != NULL) {
         tw_msg_destroy(impl->msg);
     }
@@ -860,7 +530,7 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
         goto err_teardown;
     }
     if (impl->cfg.transports[0] != '\0') {
-        st = tw_ctx_check_transports(impl->cfg.transports);
+        st = tw_stack_check_list(impl->cfg.transports);
         if (st != TW_OK) {
             goto err_teardown;
         }
@@ -894,31 +564,31 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
         goto err_shell;
     }
     impl->ctx = ctx;
-    if (impl->cfg.reliable) {
-        tw_rel_params_t rp = {.rank = impl->rank,
-                              .size = impl->size,
-                              .pe = impl->pes[0],
-                              .recv = tw_msg_recv_cb,
-                              .recv_arg = impl->msg,
-                              .inline_am_ids = 1ull << TW_MSG_AM_TAG,
-                              .peer_down = tw_ctx_peer_down,
-                              .peer_down_arg = impl};
-        st = tw_rel_create(&rp, &impl->rel);
-        if (st != TW_OK) {
-            goto err_shell;
-        }
-    }
-    st = tw_ctx_open_transports(impl);
+    tw_tl_params_t up = {.rank = impl->rank,
+                         .size = impl->size,
+                         .pe = impl->pes[0],
+                         .pe_params = &impl->pe_params,
+                         .features = impl->cfg.reliable ? TW_TL_FEATURE_RELIABLE : 0,
+                         .recv = tw_msg_recv_cb,
+                         .recv_arg = impl->msg,
+                         .inline_am_ids = 1ull << TW_MSG_AM_TAG,
+                         .recv_rndv = tw_msg_rndv_cb,
+                         .peer_down = tw_ctx_peer_down,
+                         .peer_down_arg = impl,
+                         .job_key = impl->job_key,
+                         .local_rank = impl->local_rank,
+                         .local_size = impl->local_size};
+    st = tw_stack_build(impl, &up);
     if (st == TW_OK) {
-        st = tw_ctx_exchange(impl);
+        st = tw_stack_exchange(impl);
     }
     if (st == TW_OK) {
-        st = tw_ctx_route(impl);
+        st = tw_stack_route(impl);
     }
     /* Every rank connected, every route set: transports may drop what
      * only connecting needed, and start threads of their own. */
-    for (unsigned i = 0; st == TW_OK && i < impl->ntl; i++) {
-        impl->ifaces[i]->ops->ready(impl->ifaces[i]);
+    if (st == TW_OK) {
+        tw_stack_ready(impl);
     }
     if (st == TW_OK) {
         st = tw_ctx_rma_setup(impl);
@@ -961,10 +631,8 @@ tw_status_t tw_finalize(tw_context_t *ctx)
     }
     /* Dead first: a stray call from now on is refused, not a crash. */
     atomic_store_explicit(&ctx->magic, 0, memory_order_release);
-    if (impl->rel != NULL) {
-        /* Goodbyes in sequence after the data, and the acks for it. */
-        tw_rel_quiesce(impl->rel, 0);
-    }
+    /* Goodbyes in sequence after the data, and the acks for it. */
+    tw_stack_quiesce(impl);
     tw_ctx_teardown(impl);
     tw_shell_put(ctx);
     return TW_OK;

@@ -35,9 +35,6 @@ typedef struct tw_rt_cfg {
     size_t eager_limit;
     uint64_t match_buckets;
     uint64_t pe_ring_depth;
-    char fault[TW_CFG_STRLEN];       /* TW_FAULT: lossy wrapping of the transports */
-    char fault_on[TW_CFG_STRLEN];    /* TW_FAULT_ON: which ones (empty: all) */
-    char fault_ranks[TW_CFG_STRLEN]; /* TW_FAULT_RANKS: in which ranks (empty: all) */
 } tw_rt_cfg_t;
 
 typedef struct tw_ctx_impl {
@@ -53,10 +50,11 @@ typedef struct tw_ctx_impl {
     unsigned npe;
     tw_pe_t **pes;
     tw_pe_params_t pe_params; /* how the engines were made (for transports) */
-    unsigned ntl;
-    tw_tl_iface_t *ifaces[TW_CTX_MAX_TL];
+    /* The stack (tw_stack.c): the roots of its iface trees, in routing
+     * order -- transports, or the wrappers over them. Set by tw_init. */
+    unsigned ntop;
+    tw_tl_iface_t *tops[TW_CTX_MAX_TL];
     tw_msg_t *msg;
-    struct tw_rel *rel;   /* reliability layer, or NULL when off */
     struct tw_boot *boot; /* launcher connection (twrun), or NULL */
     tw_stats_t *cq_stats;
     pthread_mutex_t err_lock;
@@ -77,8 +75,40 @@ struct tw_context {
 tw_ctx_impl_t *tw_ctx_get(const tw_context_t *ctx, const char *fn);
 
 extern const tw_cfg_table_t tw_rt_cfg_table;
-/** Every module's tunables (tw_info and the unknown-variable check). */
-extern const tw_cfg_table_t *const tw_cfg_all_tables[];
-extern const size_t tw_cfg_all_tables_count;
+
+/** Every module's tunables (tw_info, the unknown-variable check, and
+ * validation at tw_init): the runtime's, the launcher's and each
+ * transport's and wrapper's (their ops' cfg). Fills @p tables (room for
+ * @p max) and returns how many. Thread: any. */
+size_t tw_cfg_all_tables(const tw_cfg_table_t **tables, size_t max);
+
+/* ---- the stack (tw_stack.c) ----------------------------------------------- */
+
+/** The layers the runtime may put over the transports, bottom-up, after
+ * the transport-level wrappers of tw_tl_wrappers. NULL-terminated. */
+extern const tw_tl_ops_t *const tw_stack_layers[];
+
+/** Check a TW_TRANSPORTS list: every name a transport, and usable here
+ * (TW_ERR_UNSUPPORTED with the reason) -- TW_ERR_INVALID otherwise. */
+tw_status_t tw_stack_check_list(const char *list);
+/** Select, open and wrap: impl->tops, every iface registered with its
+ * engine. @p up: the layer above (msg) and the job. */
+tw_status_t tw_stack_build(tw_ctx_impl_t *impl, const tw_tl_params_t *up);
+/** Exchange addresses through the launcher and connect every iface. */
+tw_status_t tw_stack_exchange(tw_ctx_impl_t *impl);
+/** Route every peer through the first root that reaches it. */
+tw_status_t tw_stack_route(tw_ctx_impl_t *impl);
+/** Every rank connected and routed: ready, inner ifaces first. */
+void tw_stack_ready(tw_ctx_impl_t *impl);
+/** Finalize with the engines running: goodbyes, bounded waits. */
+void tw_stack_quiesce(tw_ctx_impl_t *impl);
+/** Close every iface (the engines stopped). */
+void tw_stack_close(tw_ctx_impl_t *impl);
+/** The iface of the stack whose ops are named @p name (a transport below
+ * its wrappers), or NULL (tests). */
+tw_tl_iface_t *tw_stack_find(tw_ctx_impl_t *impl, const char *name);
+/** The counters group named @p name of some iface of the stack, or NULL
+ * (tests). */
+tw_stats_t *tw_stack_stats(tw_ctx_impl_t *impl, const char *name);
 
 #endif /* TW_CONTEXT_INT_H */

@@ -128,8 +128,8 @@ static double handler_check_once(tw_context_t *ctx)
 static uint64_t rel_stat(tw_context_t *ctx, unsigned id)
 {
     tw_ctx_impl_t *impl = tw_ctx_get(ctx, __func__);
-    TWT_CHECK(impl != NULL && impl->rel != NULL);
-    return tw_stats_read(tw_rel_stats(impl->rel), id);
+    TWT_CHECK(impl != NULL && tw_stack_stats(impl, "rel") != NULL);
+    return tw_stats_read(tw_stack_stats(impl, "rel"), id);
 }
 
 static unsigned env_uint(const char *name, unsigned dflt, unsigned max)

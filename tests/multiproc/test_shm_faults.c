@@ -98,12 +98,7 @@ static bool exchange(tw_context_t *ctx, tw_cq_t *cq, int round, size_t len, bool
 static tw_tl_iface_t *shm_iface(tw_context_t *ctx)
 {
     tw_ctx_impl_t *impl = ctx->impl;
-    for (unsigned i = 0; i < impl->ntl; i++) {
-        if (strcmp(impl->ifaces[i]->ops->name, "shm") == 0) {
-            return impl->ifaces[i];
-        }
-    }
-    return NULL;
+    return tw_stack_find(impl, "shm");
 }
 
 static int run_chaos(tw_context_t *ctx, tw_cq_t *cq, const char *dir)

@@ -74,12 +74,7 @@ static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *w
 static tw_tl_iface_t *verbs_iface(tw_context_t *ctx)
 {
     tw_ctx_impl_t *impl = ctx->impl;
-    for (unsigned i = 0; i < impl->ntl; i++) {
-        if (strcmp(impl->ifaces[i]->ops->name, "verbs") == 0) {
-            return impl->ifaces[i];
-        }
-    }
-    return NULL;
+    return tw_stack_find(impl, "verbs");
 }
 
 /* A transport completion counted by the test. */

@@ -13,12 +13,7 @@
 static inline tw_tl_iface_t *tw_mp_tcp_iface(tw_context_t *ctx)
 {
     tw_ctx_impl_t *impl = ctx->impl;
-    for (unsigned i = 0; i < impl->ntl; i++) {
-        if (strcmp(impl->ifaces[i]->ops->name, "tcp") == 0) {
-            return impl->ifaces[i];
-        }
-    }
-    return NULL;
+    return tw_stack_find(impl, "tcp");
 }
 
 #endif /* TW_MP_TCP_H */

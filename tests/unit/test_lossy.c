@@ -3,7 +3,7 @@
 /*
  * The lossy transport (src/transports/lossy/tw_lossy.c) around `self` on
  * a manual progress engine, rank 0 of 1, with exact expectations: the
- * wrapper looks like self; no faults delivers everything in order;
+ * wrapper does what self does; no faults delivers everything in order;
  * drop=1 delivers nothing; a seeded drop delivers the frames the fault
  * streams say (the same set twice); corrupt flips exactly the bit the
  * stream names; dup delivers twice per direction; reorder delivers
@@ -50,7 +50,7 @@ static struct rig {
     tw_pe_t *pe;
     tw_tl_iface_t *iface;
     tw_fault_spec_t spec;
-    uint64_t t_before, t_after; /* around tw_lossy_open: the schedule's zero */
+    uint64_t t_before, t_after; /* around tw_lossy_wrap: the schedule's zero */
     unsigned narr;
     arrival_t arr[MAX_ARRIVALS];
     int downs[8];
@@ -120,11 +120,6 @@ static void down_cb(void *arg, int peer, tw_status_t why)
     rig.down_why[peer] = why;
 }
 
-static int progress_fn(void *arg)
-{
-    return tw_tl_progress(arg);
-}
-
 static tw_fault_spec_t parse(const char *text)
 {
     tw_fault_spec_t spec;
@@ -135,14 +130,16 @@ static tw_fault_spec_t parse(const char *text)
 }
 
 static void rig_open_on(const tw_tl_ops_t *inner, int rank, int size, const char *text,
-                        const uint8_t *am_type, uint64_t inline_ids, tw_tl_recv_fn_t recv)
+                        const uint8_t *am_class, uint64_t inline_ids, tw_tl_recv_fn_t recv)
 {
     tw_pe_params_t pp = {.name = "lossy-test", .thread = false, .bind_package = -1};
+    tw_tl_iface_t *in;
     tw_tl_params_t p = {.rank = rank,
                         .size = size,
                         .pe_params = &pp,
                         .recv = recv,
                         .inline_am_ids = inline_ids,
+                        .am_class = am_class,
                         .recv_rndv = rndv_cb,
                         .peer_down = down_cb,
                         .job_key = "",
@@ -153,15 +150,16 @@ static void rig_open_on(const tw_tl_ops_t *inner, int rank, int size, const char
     TWT_EQ(tw_pe_create(&pp, &rig.pe), TW_OK);
     p.pe = rig.pe;
     rig.t_before = tw_time_ns();
-    TWT_EQ(tw_lossy_open(inner, &p, &rig.spec, am_type, &rig.iface), TW_OK);
+    TWT_EQ(tw_tl_iface_open(inner, &p, &in), TW_OK);
+    TWT_EQ(tw_lossy_wrap(in, &p, &rig.spec, &rig.iface), TW_OK);
     rig.t_after = tw_time_ns();
-    TWT_EQ(tw_pe_add(rig.pe, progress_fn, rig.iface, -1), TW_OK);
+    TWT_EQ(tw_tl_pe_add_tree(rig.iface), TW_OK);
     TWT_EQ(tw_pe_start(rig.pe), TW_OK); /* manual: we drive it */
 }
 
-static void rig_open(const char *text, const uint8_t *am_type)
+static void rig_open(const char *text, const uint8_t *am_class)
 {
-    rig_open_on(tw_tl_find("self"), 0, 1, text, am_type, 0, recv_cb);
+    rig_open_on(tw_tl_find("self"), 0, 1, text, am_class, 0, recv_cb);
 }
 
 /* Progress until the engine reports no work twice (held frames count as
@@ -183,7 +181,7 @@ static void drain(void)
 static void rig_close(void)
 {
     drain();
-    rig.iface->ops->iface_close(rig.iface);
+    tw_tl_close(rig.iface);
     tw_pe_stop(rig.pe);
     tw_pe_destroy(rig.pe);
     rig.iface = NULL;
@@ -269,19 +267,29 @@ static void test_passthrough(void)
     TWT_CHECK(tw_lossy_inner(inner) == NULL);
     TWT_CHECK(tw_lossy_stats(inner) == NULL);
     TWT_CHECK(strcmp(tw_stats_name(tw_lossy_stats(rig.iface)), "lossy:self") == 0);
-    /* It looks like self. */
-    TWT_CHECK(strcmp(rig.iface->ops->name, "self") == 0);
-    TWT_EQ(rig.iface->ops->caps, self->caps);
-    TWT_EQ(rig.iface->ops->opt_in, self->opt_in);
-    TWT_CHECK(rig.iface->ops != self);
+    /* It does what self does, in self's place: a tree of two. */
+    TWT_CHECK(strcmp(rig.iface->ops->name, "lossy") == 0);
+    TWT_CHECK(strcmp(inner->ops->name, "self") == 0 && inner->ops == self);
+    TWT_EQ(rig.iface->caps, self->caps & TW_TL_CAP_OPS_MASK);
+    TWT_CHECK(rig.iface->caps & TW_TL_CAP_INLINE_SEND);
+    TWT_CHECK(!(rig.iface->caps & TW_TL_CAP_POLL)); /* self has none */
     TWT_CHECK(tw_tl_caps_consistent(rig.iface->ops));
-    TWT_CHECK(rig.iface->ops->poll == tw_tl_stub_progress); /* self has none */
-    TWT_CHECK(rig.iface->stats == inner->stats);
+    TWT_EQ(rig.iface->ninner, 1u);
+    TWT_CHECK(rig.iface->inner[0] == inner && inner->ninner == 0);
+    TWT_CHECK(rig.iface->stats == tw_lossy_stats(rig.iface) && inner->stats != rig.iface->stats);
     TWT_CHECK(rig.iface->pe == rig.pe && inner->pe == rig.pe);
     TWT_CHECK(memcmp(&rig.iface->attr, &inner->attr, sizeof(inner->attr)) == 0);
-    TWT_CHECK(rig.iface->ops->reachable(rig.iface, 0) && !rig.iface->ops->reachable(rig.iface, 1));
+    TWT_CHECK(tw_tl_reachable(rig.iface, 0) && !tw_tl_reachable(rig.iface, 1));
+    /* Its arrivals come through the wrapper. */
+    TWT_CHECK(inner->recv != recv_cb && inner->recv_arg == rig.iface);
+    TWT_CHECK(rig.iface->recv == recv_cb);
+    /* A wrapper is never opened on its own, and wraps one iface at a time. */
+    TWT_EQ(tw_tl_iface_open(rig.iface->ops, NULL, NULL), TW_ERR_UNSUPPORTED);
     e0 = tw_log_count(TW_LOG_ERROR);
-    TWT_EQ(rig.iface->ops->iface_open(NULL, NULL), TW_ERR_UNSUPPORTED);
+    tw_tl_iface_t *two[2] = {inner, inner}, *w = NULL;
+    tw_tl_params_t p2 = {.rank = 0, .size = 1, .pe = rig.pe, .recv = recv_cb};
+    TWT_EQ(tw_tl_wrap_open(rig.iface->ops, two, 2, &p2, &w), TW_ERR_INVALID);
+    TWT_CHECK(w == NULL);
     TWT_EQ(tw_log_count(TW_LOG_ERROR), e0 + 1);
 
     /* Everything, in order, unchanged. */
@@ -600,13 +608,12 @@ static void test_delay(void)
 
 static void test_scoped(void)
 {
-    uint8_t am_type[64] = {[AM_ACK] = TW_FAULT_ACK};
-    uint8_t bad[64] = {[3] = TW_FAULT_NTYPES};
+    static const uint8_t am_class[64] = {[AM_ACK] = TW_TL_FRAME_ACK};
     tw_tl_params_t p = {.size = 1, .recv = recv_cb};
     tw_fault_spec_t spec = parse("");
-    tw_tl_iface_t *iface;
+    tw_tl_iface_t *iface = NULL;
 
-    rig_open("rx.ack.drop=1", am_type);
+    rig_open("rx.ack.drop=1", am_class);
     for (unsigned i = 0; i < 40; i++) {
         TWT_EQ(send_seq(i, i % 2 == 0 ? AM_DATA : AM_ACK), TW_OK);
     }
@@ -620,8 +627,10 @@ static void test_scoped(void)
     rig_close();
 
     uint64_t e0 = tw_log_count(TW_LOG_ERROR);
-    TWT_EQ(tw_lossy_open(tw_tl_find("self"), &p, &spec, bad, &iface), TW_ERR_INVALID);
-    TWT_EQ(tw_lossy_open(tw_tl_find("self"), &p, NULL, am_type, &iface), TW_ERR_INVALID);
+    TWT_EQ(tw_lossy_wrap(NULL, &p, &spec, &iface), TW_ERR_INVALID);
+    tw_tl_iface_t dummy = {.ops = tw_tl_find("self")}; /* refused before it is looked at */
+    TWT_EQ(tw_lossy_wrap(&dummy, &p, NULL, &iface), TW_ERR_INVALID);
+    TWT_CHECK(iface == NULL);
     TWT_EQ(tw_log_count(TW_LOG_ERROR), e0 + 2);
 }
 
@@ -750,10 +759,14 @@ static const tw_tl_ops_t fake_ops = {
     .caps = TW_TL_CAP_AM_SHORT,
     .query = fake_query,
     .iface_open = fake_open,
+    .wrap_wants = tw_tl_stub_wrap_wants,
+    .wrap_open = tw_tl_stub_wrap_open,
     .iface_close = fake_close,
+    .bind = tw_tl_iface_bind,
     .addr_pack = tw_tl_noaddr_pack,
     .addr_connect = tw_tl_noaddr_connect,
     .ready = tw_tl_noaddr_ready,
+    .quiesce = tw_tl_noop_quiesce,
     .reachable = fake_reachable,
     .am_short = fake_am_short,
     .am_zcopy = tw_tl_stub_am_zcopy,
@@ -762,7 +775,7 @@ static const tw_tl_ops_t fake_ops = {
     .flush = tw_tl_stub_flush,
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress,
-    .poll = tw_tl_stub_progress,
+    .poll = tw_tl_stub_poll,
     .mem_reg = tw_tl_stub_mem_reg,
     .mem_dereg = tw_tl_stub_mem_dereg,
 };
@@ -779,7 +792,7 @@ static void test_kill_reports(void)
     rig_open_on(&fake_ops, 1, 4, "", NULL, 0, recv_cb);
     inner = tw_lossy_inner(rig.iface);
     TWT_CHECK(tw_tl_caps_consistent(rig.iface->ops));
-    TWT_CHECK(rig.iface->ops->am_zcopy == tw_tl_stub_am_zcopy); /* the inner has none */
+    TWT_CHECK(!(rig.iface->caps & TW_TL_CAP_AM_ZCOPY)); /* the inner has none */
     TWT_CHECK(strcmp(tw_stats_name(tw_lossy_stats(rig.iface)), "lossy:fake") == 0);
     make_frame(1, f);
     fake_sent = 0;
@@ -1011,7 +1024,7 @@ static void test_close_held(void)
     TWT_EQ(comp_done(&small_c), 1);
     TWT_EQ(comp_done(&big_c), 0);
     TWT_EQ(ctr(TW_LOSSY_STAT_DELAYED), 5u);
-    rig.iface->ops->iface_close(rig.iface);
+    tw_tl_close(rig.iface);
     tw_pe_stop(rig.pe);
     tw_pe_destroy(rig.pe);
     TWT_EQ(comp_done(&big_c), 1);

@@ -69,11 +69,9 @@ typedef struct wire_iface {
     int path;
 } wire_iface_t;
 
+/* A path's end: its iface, whose callbacks are rel's once rel took it. */
 typedef struct endpoint {
-    tw_tl_recv_fn_t recv;
-    void *recv_arg;
-    tw_tl_peer_down_fn_t down;
-    void *down_arg;
+    tw_tl_iface_t *iface;
 } endpoint_t;
 
 static frame_t *q_head, *q_tail;
@@ -179,10 +177,14 @@ static const tw_tl_ops_t wire_ops = {
     .caps = TW_TL_CAP_AM_SHORT,
     .query = wire_query,
     .iface_open = wire_open,
+    .wrap_wants = tw_tl_stub_wrap_wants,
+    .wrap_open = tw_tl_stub_wrap_open,
     .iface_close = wire_close,
+    .bind = tw_tl_iface_bind,
     .addr_pack = tw_tl_noaddr_pack,
     .addr_connect = tw_tl_noaddr_connect,
     .ready = tw_tl_noaddr_ready,
+    .quiesce = tw_tl_noop_quiesce,
     .reachable = wire_reachable,
     .am_short = wire_am_short,
     .am_zcopy = tw_tl_stub_am_zcopy,
@@ -191,7 +193,7 @@ static const tw_tl_ops_t wire_ops = {
     .flush = tw_tl_stub_flush,
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress,
-    .poll = tw_tl_stub_progress,
+    .poll = tw_tl_stub_poll,
     .mem_reg = tw_tl_stub_mem_reg,
     .mem_dereg = tw_tl_stub_mem_dereg,
 };
@@ -206,14 +208,7 @@ static tw_status_t wire_open(const tw_tl_params_t *params, tw_tl_iface_t **iface
     TWT_CHECK(w != NULL);
     TWT_CHECK(tw_tl_iface_init(&w->super, &wire_ops, params, &attr) == TW_OK);
     w->path = opening_path;
-    eps[params->rank][opening_path] = (endpoint_t){.recv = params->recv,
-                                                   .recv_arg = params->recv_arg,
-                                                   .down = params->peer_down,
-                                                   .down_arg = params->peer_down_arg};
-    /* rel's own ids: a transport may take them in on a polling worker */
-    TWT_EQ(params->inline_am_ids, (1ull << TW_REL_AM_DATA) | (1ull << TW_REL_AM_ACK) |
-                                      (1ull << TW_REL_AM_NACK) | (1ull << TW_REL_AM_CTRL) |
-                                      (1ull << TW_REL_AM_SDATA));
+    eps[params->rank][opening_path] = (endpoint_t){.iface = &w->super};
     *iface_p = &w->super;
     return TW_OK;
 }
@@ -223,7 +218,7 @@ static tw_status_t wire_open(const tw_tl_params_t *params, tw_tl_iface_t **iface
 typedef struct side {
     int rank;
     tw_pe_t *pe;
-    tw_rel_t *rel;
+    tw_tl_iface_t *rel; /* over paths[] */
     tw_tl_iface_t *paths[NPATHS];
     uint64_t next_in;   /* index of the next message expected from the peer */
     uint64_t delivered; /* messages handed up */
@@ -268,7 +263,8 @@ static void up_recv(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
         frame_t *f = reenter;
         endpoint_t *e = &eps[f->dst][f->path];
         reenter = NULL;
-        e->recv(e->recv_arg, f->src, f->am_id, f->bytes, f->hdr_len, f->bytes + f->hdr_len, f->len);
+        e->iface->recv(e->iface->recv_arg, f->src, f->am_id, f->bytes, f->hdr_len,
+                       f->bytes + f->hdr_len, f->len);
         reenter_delivered = s->delivered;
         frame_free(f);
     }
@@ -297,33 +293,44 @@ static tw_rel_cfg_t test_cfg(void)
 
 static void sides_open(const tw_rel_cfg_t *cfg, int npaths)
 {
+    const tw_rel_opts_t opts = {.cfg = cfg, .clock = vclock};
+
     for (int r = 0; r < 2; r++) {
         side_t *s = &sides[r];
         tw_pe_params_t pp = {.name = r ? "rank1" : "rank0", .thread = false};
         *s = (side_t){.rank = r};
         TWT_CHECK(tw_pe_create(&pp, &s->pe) == TW_OK);
-        tw_rel_params_t rp = {.rank = r,
-                              .size = 2,
-                              .pe = s->pe,
-                              .cfg = cfg,
-                              .recv = up_recv,
-                              .recv_arg = s,
-                              .peer_down = up_down,
-                              .peer_down_arg = s,
-                              .clock = vclock};
-        TWT_CHECK(tw_rel_create(&rp, &s->rel) == TW_OK);
+        tw_tl_params_t up = {.rank = r,
+                             .size = 2,
+                             .pe = s->pe,
+                             .recv = up_recv,
+                             .recv_arg = s,
+                             .peer_down = up_down,
+                             .peer_down_arg = s};
         for (int g = 0; g < npaths; g++) {
-            tw_tl_params_t tp = {.rank = r, .size = 2, .pe = s->pe, .inline_am_ids = ~0ull};
-            tw_rel_path_params(s->rel, (unsigned)g, &tp);
             opening_path = g;
-            TWT_CHECK(wire_ops.iface_open(&tp, &s->paths[g]) == TW_OK);
-            tw_rel_set_path(s->rel, (unsigned)g, s->paths[g]);
+            TWT_CHECK(tw_tl_iface_open(&wire_ops, &up, &s->paths[g]) == TW_OK);
         }
+        TWT_CHECK(tw_rel_wrap(s->paths, (unsigned)npaths, &up, &opts, &s->rel) == TW_OK);
+        for (int g = 0; g < npaths; g++) {
+            /* Taken over: rel's own ids are the ones a polling worker may take in. */
+            TWT_CHECK(s->paths[g]->recv != up_recv && s->paths[g]->peer_down != up_down);
+            TWT_EQ(s->paths[g]->inline_am_ids,
+                   (1ull << TW_REL_AM_DATA) | (1ull << TW_REL_AM_ACK) | (1ull << TW_REL_AM_NACK) |
+                       (1ull << TW_REL_AM_CTRL) | (1ull << TW_REL_AM_SDATA));
+        }
+        TWT_CHECK(tw_tl_pe_add_tree(s->rel) == TW_OK);
     }
-    tw_rel_set_peer_epoch(sides[0].rel, 1, tw_rel_epoch(sides[1].rel));
-    tw_rel_set_peer_epoch(sides[1].rel, 0, tw_rel_epoch(sides[0].rel));
+    /* The address exchange: each rank's incarnation. */
     for (int r = 0; r < 2; r++) {
-        TWT_CHECK(tw_rel_ready(sides[r].rel) == TW_OK);
+        unsigned char addr[64];
+        size_t len = 0;
+        TWT_CHECK(tw_tl_addr_pack(sides[r].rel, addr, sizeof(addr), &len) == TW_OK);
+        TWT_CHECK(tw_tl_addr_connect(sides[1 - r].rel, r, addr, len) == TW_OK);
+    }
+    for (int r = 0; r < 2; r++) {
+        TWT_CHECK(tw_tl_reachable(sides[r].rel, 1 - r));
+        tw_tl_ready_tree(sides[r].rel);
     }
     memset(dark, 0, sizeof(dark));
     memset(refuse, 0, sizeof(refuse));
@@ -342,19 +349,14 @@ static void sides_close(void)
     q_tail = NULL;
     for (int r = 0; r < 2; r++) {
         side_t *s = &sides[r];
-        for (int g = 0; g < NPATHS; g++) {
-            if (s->paths[g] != NULL) {
-                s->paths[g]->ops->iface_close(s->paths[g]);
-            }
-        }
-        tw_rel_destroy(s->rel);
+        tw_tl_close(s->rel); /* and its paths */
         tw_pe_destroy(s->pe);
     }
 }
 
 static uint64_t stat(int r, unsigned id)
 {
-    return tw_stats_read(tw_rel_stats(sides[r].rel), id);
+    return tw_stats_read(sides[r].rel->stats, id);
 }
 
 /* Deliver what is on the wire (through the filter) and run both ranks'
@@ -373,8 +375,8 @@ static bool pump(int ms, bool (*done)(void))
             if ((filter == NULL || filter(f)) && !mute[f->dst]) {
                 endpoint_t *e = &eps[f->dst][f->path];
                 last_heard[f->dst] = vnow;
-                e->recv(e->recv_arg, f->src, f->am_id, f->bytes, f->hdr_len, f->bytes + f->hdr_len,
-                        f->len);
+                e->iface->recv(e->iface->recv_arg, f->src, f->am_id, f->bytes, f->hdr_len,
+                               f->bytes + f->hdr_len, f->len);
             }
             frame_free(f);
         }
@@ -428,7 +430,7 @@ static tw_status_t send_msg(int r, size_t len)
 {
     unsigned char hdr[UHDR] = {0};
     uint64_t idx = next_out[r], hlen = len;
-    tw_tl_iface_t *rel = tw_rel_iface(sides[r].rel);
+    tw_tl_iface_t *rel = sides[r].rel;
     tw_status_t st;
 
     memcpy(hdr, &idx, 8);
@@ -910,7 +912,8 @@ static void test_failover(void)
 static void path0_down(tw_status_t why)
 {
     for (int r = 0; r < 2; r++) {
-        eps[r][0].down(eps[r][0].down_arg, 1 - r, why);
+        tw_tl_iface_t *path = eps[r][0].iface;
+        path->peer_down(path->peer_down_arg, 1 - r, why);
     }
 }
 
@@ -1012,7 +1015,7 @@ static void test_nopath(void)
         TWT_EQ(sreqs[0][i].done, 1);
         TWT_EQ(sreqs[0][i].status, TW_ERR_PEER_FAILED);
     }
-    tw_tl_iface_t *rel = tw_rel_iface(sides[0].rel);
+    tw_tl_iface_t *rel = sides[0].rel;
     unsigned char b[8] = {0};
     TWT_EQ(rel->ops->am_short(rel, 1, 7, b, 8, b, 8), TW_ERR_PEER_FAILED);
     TWT_CHECK(pump(50, NULL));

@@ -501,7 +501,7 @@ static void test_query(void)
     char why[256] = "";
 
     TWT_CHECK(ops != NULL);
-    TWT_CHECK(ops->opt_in);
+    TWT_CHECK(ops->caps & TW_TL_CAP_OPT_IN);
     TWT_CHECK(tw_tl_caps_consistent(ops));
     if (ops->query(why, sizeof(why)) != TW_OK) {
         /* This host: no device. Said, not hidden. */

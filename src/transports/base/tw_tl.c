@@ -13,10 +13,12 @@ extern const tw_tl_ops_t tw_self_ops;
 extern const tw_tl_ops_t tw_shm_ops;
 extern const tw_tl_ops_t tw_tcp_ops;
 extern const tw_tl_ops_t tw_verbs_ops;
+extern const tw_tl_ops_t tw_lossy_ops;
 
 /* Routing order: the first that reaches a peer carries its traffic. */
 const tw_tl_ops_t *const tw_tl_all[] = {&tw_self_ops, &tw_shm_ops, &tw_verbs_ops, &tw_tcp_ops,
                                         NULL};
+const tw_tl_ops_t *const tw_tl_wrappers[] = {&tw_lossy_ops, NULL};
 
 const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT] = {
     [TW_TL_STAT_TX_MSGS] = {"tx_msgs", TW_STAT_COUNTER},
@@ -36,6 +38,27 @@ const tw_tl_ops_t *tw_tl_find(const char *name)
         }
     }
     return NULL;
+}
+
+tw_status_t tw_tl_stub_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
+{
+    (void)params, (void)iface_p;
+    return TW_ERR_UNSUPPORTED;
+}
+
+tw_status_t tw_tl_stub_wrap_wants(const tw_tl_params_t *params, const tw_tl_iface_t *inner,
+                                  bool *wants_p)
+{
+    (void)params, (void)inner;
+    *wants_p = false;
+    return TW_OK;
+}
+
+tw_status_t tw_tl_stub_wrap_open(tw_tl_iface_t *const *inner, unsigned n,
+                                 const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
+{
+    (void)inner, (void)n, (void)params, (void)iface_p;
+    return TW_ERR_UNSUPPORTED;
 }
 
 tw_status_t tw_tl_stub_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
@@ -79,6 +102,12 @@ int tw_tl_stub_progress(tw_tl_iface_t *iface)
     return 0;
 }
 
+int tw_tl_stub_poll(tw_tl_iface_t *iface)
+{
+    (void)iface;
+    return 0;
+}
+
 tw_status_t tw_tl_stub_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *rndv, void *dst, size_t len,
                                 tw_tl_comp_t *comp)
 {
@@ -94,9 +123,9 @@ tw_status_t tw_tl_noaddr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_
 }
 
 tw_status_t tw_tl_stub_mem_reg(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
-                               size_t *key_len, void **handle)
+                               size_t *key_len_p, void **handle_p)
 {
-    (void)iface, (void)addr, (void)len, (void)key, (void)key_len, (void)handle;
+    (void)iface, (void)addr, (void)len, (void)key, (void)key_len_p, (void)handle_p;
     return TW_ERR_UNSUPPORTED;
 }
 
@@ -117,8 +146,18 @@ void tw_tl_noaddr_ready(tw_tl_iface_t *iface)
     (void)iface;
 }
 
+void tw_tl_noop_quiesce(tw_tl_iface_t *iface)
+{
+    (void)iface;
+}
+
+#define TW_TL_CAP_DEFINED                                                           \
+    (((TW_TL_CAP_INLINE_SEND << 1) - 1u) | TW_TL_CAP_ALWAYS_ON | TW_TL_CAP_OPT_IN | \
+     TW_TL_CAP_WRAPPER | TW_TL_CAP_WRAP_ALL | TW_TL_CAP_JOB_WIDE)
+
 bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
 {
+    bool wrapper = (ops->caps & TW_TL_CAP_WRAPPER) != 0;
     const struct {
         uint32_t cap;
         bool stub;
@@ -129,14 +168,20 @@ bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
         {TW_TL_CAP_GET, ops->get_zcopy == tw_tl_stub_get_zcopy},
         {TW_TL_CAP_FLUSH, ops->flush == tw_tl_stub_flush},
         {TW_TL_CAP_RNDV, ops->rndv_get == tw_tl_stub_rndv_get},
-        {TW_TL_CAP_PUT, ops->mem_reg == tw_tl_stub_mem_reg},
-        {TW_TL_CAP_PUT, ops->mem_dereg == tw_tl_stub_mem_dereg},
+        {TW_TL_CAP_POLL, ops->poll == tw_tl_stub_poll},
+        {TW_TL_CAP_MEM_REG, ops->mem_reg == tw_tl_stub_mem_reg},
+        {TW_TL_CAP_MEM_REG, ops->mem_dereg == tw_tl_stub_mem_dereg},
+        {TW_TL_CAP_WRAPPER, ops->iface_open != tw_tl_stub_iface_open},
+        {TW_TL_CAP_WRAPPER, ops->wrap_open == tw_tl_stub_wrap_open},
+        {TW_TL_CAP_WRAPPER, ops->wrap_wants == tw_tl_stub_wrap_wants},
     };
-    if (ops->name == NULL || ops->query == NULL || ops->iface_open == NULL ||
-        ops->iface_close == NULL || ops->reachable == NULL || ops->am_short == NULL ||
-        ops->am_zcopy == NULL || ops->put_zcopy == NULL || ops->get_zcopy == NULL ||
-        ops->flush == NULL || ops->progress == NULL || ops->poll == NULL || ops->rndv_get == NULL ||
-        ops->addr_pack == NULL || ops->addr_connect == NULL || ops->ready == NULL ||
+    if (ops->name == NULL || ops->name[0] == '\0' || strlen(ops->name) > 15 || ops->query == NULL ||
+        ops->iface_open == NULL || ops->wrap_wants == NULL || ops->wrap_open == NULL ||
+        ops->iface_close == NULL || ops->bind == NULL || ops->reachable == NULL ||
+        ops->am_short == NULL || ops->am_zcopy == NULL || ops->put_zcopy == NULL ||
+        ops->get_zcopy == NULL || ops->flush == NULL || ops->progress == NULL ||
+        ops->poll == NULL || ops->rndv_get == NULL || ops->addr_pack == NULL ||
+        ops->addr_connect == NULL || ops->ready == NULL || ops->quiesce == NULL ||
         ops->mem_reg == NULL || ops->mem_dereg == NULL) {
         return false;
     }
@@ -146,7 +191,15 @@ bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
             return false;
         }
     }
-    return true;
+    /* Selection bits that contradict one another, or need a wrapper. */
+    if ((ops->caps & TW_TL_CAP_ALWAYS_ON) && (ops->caps & TW_TL_CAP_OPT_IN)) {
+        return false;
+    }
+    if (!wrapper && (ops->caps & TW_TL_CAP_WRAP_ALL)) {
+        return false;
+    }
+    /* No bit nobody defined. */
+    return (ops->caps & ~TW_TL_CAP_DEFINED) == 0;
 }
 
 tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
@@ -161,17 +214,42 @@ tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
         return TW_ERR_NOMEM;
     }
     iface->ops = ops;
+    iface->name = ops->name;
+    iface->caps = ops->caps & TW_TL_CAP_OPS_MASK;
     iface->pe = params->pe;
     iface->attr = *attr;
     iface->rank = params->rank;
     iface->size = params->size;
-    iface->recv = params->recv;
-    iface->recv_arg = params->recv_arg;
-    iface->inline_am_ids = params->inline_am_ids;
-    iface->recv_rndv = params->recv_rndv;
-    iface->peer_down = params->peer_down;
-    iface->peer_down_arg = params->peer_down_arg;
+    iface->inner = NULL;
+    iface->ninner = 0;
+    tw_tl_iface_bind(iface, params);
     return TW_OK;
+}
+
+void tw_tl_wrapper_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops, const tw_tl_params_t *params,
+                        uint32_t caps, tw_stats_t *stats, tw_tl_iface_t *const *inner, unsigned n)
+{
+    iface->ops = ops;
+    iface->name = ops->name;
+    iface->caps = caps & ops->caps & TW_TL_CAP_OPS_MASK;
+    iface->pe = params->pe;
+    iface->stats = stats;
+    iface->rank = params->rank;
+    iface->size = params->size;
+    iface->inner = inner;
+    iface->ninner = n;
+    tw_tl_iface_bind(iface, params);
+}
+
+void tw_tl_iface_bind(tw_tl_iface_t *iface, const tw_tl_params_t *up)
+{
+    iface->recv = up->recv;
+    iface->recv_arg = up->recv_arg;
+    iface->inline_am_ids = up->inline_am_ids;
+    iface->am_class = up->am_class;
+    iface->recv_rndv = up->recv_rndv;
+    iface->peer_down = up->peer_down;
+    iface->peer_down_arg = up->peer_down_arg;
 }
 
 tw_status_t tw_tl_submit(tw_tl_iface_t *iface, tw_pe_t *pe, void (*fn)(void *, void *, uint64_t),
@@ -194,4 +272,68 @@ void tw_tl_iface_cleanup(tw_tl_iface_t *iface)
 {
     tw_stats_destroy(iface->stats);
     iface->stats = NULL;
+}
+
+/* ---- trees ----------------------------------------------------------------- */
+
+int tw_tl_walk(tw_tl_iface_t *root, int (*fn)(tw_tl_iface_t *iface, void *arg), void *arg)
+{
+    for (unsigned i = 0; i < root->ninner; i++) {
+        int rc = tw_tl_walk(root->inner[i], fn, arg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return fn(root, arg);
+}
+
+static int tw_tl_progress_fn(void *arg)
+{
+    return tw_tl_progress(arg);
+}
+
+static int tw_tl_pe_add_one(tw_tl_iface_t *iface, void *arg)
+{
+    tw_status_t st = tw_pe_add(iface->pe, tw_tl_progress_fn, iface, -1);
+
+    (void)arg;
+    if (st == TW_OK && (iface->caps & TW_TL_CAP_POLL)) {
+        st = tw_pe_workers_poll(iface->pe); /* tw_progress, tw_cq_wait */
+    }
+    return st == TW_OK ? 0 : (int)st;
+}
+
+tw_status_t tw_tl_pe_add_tree(tw_tl_iface_t *root)
+{
+    return (tw_status_t)tw_tl_walk(root, tw_tl_pe_add_one, NULL);
+}
+
+static int tw_tl_ready_one(tw_tl_iface_t *iface, void *arg)
+{
+    (void)arg;
+    iface->ops->ready(iface);
+    return 0;
+}
+
+void tw_tl_ready_tree(tw_tl_iface_t *root)
+{
+    (void)tw_tl_walk(root, tw_tl_ready_one, NULL);
+}
+
+void tw_tl_quiesce_tree(tw_tl_iface_t *root)
+{
+    root->ops->quiesce(root);
+    for (unsigned i = 0; i < root->ninner; i++) {
+        tw_tl_quiesce_tree(root->inner[i]);
+    }
+}
+
+void tw_tl_close(tw_tl_iface_t *root)
+{
+    /* The wrapper owns the array of its inner ifaces: close them first,
+     * then the wrapper, which frees it. */
+    for (unsigned i = 0; i < root->ninner; i++) {
+        tw_tl_close(root->inner[i]);
+    }
+    root->ops->iface_close(root);
 }

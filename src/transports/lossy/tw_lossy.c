@@ -54,11 +54,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "core/tw_compiler.h"
+#include "core/tw_config.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
@@ -111,13 +113,12 @@ typedef struct tw_lossy_path {
 } tw_lossy_path_t;
 
 typedef struct tw_lossy_iface {
-    tw_tl_iface_t super; /* the caller's view: the inner's attr, stats, pe */
+    tw_tl_iface_t super; /* the inner's attr, caps and pe; stats: fstats */
     /* Set by open, read-only after. */
-    tw_tl_ops_t ops; /* per instance: the inner's name, caps and stubs */
+    const char *name; /* the inner's, for log lines */
     tw_tl_iface_t *inner;
     tw_stats_t *fstats;
-    uint64_t t0; /* open: the schedule counts from here */
-    uint8_t am_type[64];
+    uint64_t t0;              /* open: the schedule counts from here */
     int timer_fd;             /* rings at kill time */
     _Atomic uint64_t kill_at; /* absolute ns, UINT64_MAX: never (relaxed: a hint) */
     atomic_bool killed;       /* set once: sends fail, arrivals vanish */
@@ -143,11 +144,23 @@ typedef struct tw_lossy_verdict {
     tw_fault_rng_t before; /* the stream before this draw */
 } tw_lossy_verdict_t;
 
-static void tw_lossy_iface_close(tw_tl_iface_t *iface);
+extern const tw_tl_ops_t tw_lossy_ops;
 
 static bool tw_lossy_is(const tw_tl_iface_t *iface)
 {
-    return iface != NULL && iface->ops->iface_close == tw_lossy_iface_close;
+    return iface != NULL && iface->ops == &tw_lossy_ops;
+}
+
+/* The layer above names frame classes; the fault rules speak of types. */
+_Static_assert(TW_FAULT_DATA == (int)TW_TL_FRAME_DATA && TW_FAULT_ACK == (int)TW_TL_FRAME_ACK &&
+                   TW_FAULT_NACK == (int)TW_TL_FRAME_NACK &&
+                   TW_FAULT_CTRL == (int)TW_TL_FRAME_CTRL &&
+                   TW_FAULT_NTYPES == (int)TW_TL_FRAME_NCLASSES,
+               "fault types are frame classes");
+
+static tw_fault_type_t tw_lossy_type_of(uint8_t frame_class)
+{
+    return frame_class < TW_FAULT_NTYPES ? (tw_fault_type_t)frame_class : TW_FAULT_DATA;
 }
 
 static tw_lossy_iface_t *tw_lossy_of(tw_tl_iface_t *iface)
@@ -170,14 +183,15 @@ static void tw_lossy_kill(tw_lossy_iface_t *lossy)
     }
     tw_stats_inc(lossy->fstats, TW_LOSSY_STAT_KILLED_PATHS);
     tw_info("lossy", "%s: path of rank %d killed (TW_FAULT kill): its peers are reported failed",
-            lossy->ops.name, lossy->super.rank);
+            lossy->name, lossy->super.rank);
     tw_pe_wake(lossy->super.pe); /* the report is the engine's */
 }
 
 static void tw_lossy_judge(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer, uint8_t am_id,
                            size_t frame_len, tw_lossy_verdict_t *v)
 {
-    tw_fault_type_t type = am_id < 64 ? (tw_fault_type_t)lossy->am_type[am_id] : TW_FAULT_DATA;
+    const uint8_t *cls = lossy->super.am_class;
+    tw_fault_type_t type = am_id < 64 && cls != NULL ? tw_lossy_type_of(cls[am_id]) : TW_FAULT_DATA;
     uint64_t elapsed = tw_time_ns() - lossy->t0, bh_at, bh_len;
     tw_lossy_path_t *path;
     int news = 0; /* 1: the blackhole opened, 2: it healed */
@@ -206,16 +220,16 @@ static void tw_lossy_judge(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer
         tw_info("lossy",
                 "%s: blackhole open on rank %d at %.3f ms (TW_FAULT blackhole): every "
                 "frame is lost%s",
-                lossy->ops.name, lossy->super.rank, (double)elapsed / 1e6,
+                lossy->name, lossy->super.rank, (double)elapsed / 1e6,
                 bh_len != 0 ? " until it heals" : "");
     } else if (news == 2) {
-        tw_info("lossy", "%s: blackhole on rank %d healed at %.3f ms", lossy->ops.name,
+        tw_info("lossy", "%s: blackhole on rank %d healed at %.3f ms", lossy->name,
                 lossy->super.rank, (double)elapsed / 1e6);
     }
     if (v->d.killed) {
         tw_lossy_kill(lossy);
     } else if (v->d.drop || v->d.corrupt || v->d.dup || v->d.hold > 0 || v->d.delay_ns > 0) {
-        tw_debug("lossy", "%s: frame %s %d (am %u, %zu bytes):%s%s%s%s%s", lossy->ops.name,
+        tw_debug("lossy", "%s: frame %s %d (am %u, %zu bytes):%s%s%s%s%s", lossy->name,
                  tw_lossy_dir_names[dir], peer, am_id, frame_len,
                  v->blackholed ? " blackholed"
                  : v->d.drop   ? " dropped"
@@ -390,8 +404,8 @@ static tw_status_t tw_lossy_send_held(tw_lossy_iface_t *lossy, tw_lossy_frame_t 
     tw_status_t st;
 
     if (f->comp != NULL) {
-        st = inner->ops->am_zcopy(inner, f->peer, f->am_id, f->bytes, f->hdr_len, f->zdata, f->len,
-                                  f->comp);
+        st = tw_tl_am_zcopy(inner, f->peer, f->am_id, f->bytes, f->hdr_len, f->zdata, f->len,
+                            f->comp);
         if (st == TW_ERR_AGAIN) {
             return st;
         }
@@ -400,13 +414,13 @@ static tw_status_t tw_lossy_send_held(tw_lossy_iface_t *lossy, tw_lossy_frame_t 
         }
     } else {
         for (; f->copies > 0; f->copies--) {
-            st = inner->ops->am_short(inner, f->peer, f->am_id, f->bytes, f->hdr_len,
-                                      f->bytes + f->hdr_len, f->len);
+            st = tw_tl_am_short(inner, f->peer, f->am_id, f->bytes, f->hdr_len,
+                                f->bytes + f->hdr_len, f->len);
             if (st == TW_ERR_AGAIN) {
                 return st;
             }
             if (st != TW_OK) {
-                tw_debug("lossy", "%s: held frame to %d lost: %s", lossy->ops.name, f->peer,
+                tw_debug("lossy", "%s: held frame to %d lost: %s", lossy->name, f->peer,
                          tw_strerror(st));
             }
         }
@@ -508,7 +522,7 @@ static void tw_lossy_arm_locked(tw_lossy_iface_t *lossy, uint64_t kill_ns)
         tw_warn("lossy",
                 "%s: cannot arm the kill timer (timerfd_settime: %m): the kill is "
                 "noticed by traffic only",
-                lossy->ops.name);
+                lossy->name);
     }
 }
 
@@ -525,7 +539,7 @@ static int tw_lossy_report_kill(tw_lossy_iface_t *lossy)
         lossy->timer_watched = false;
     }
     for (int peer = 0; peer < lossy->super.size; peer++) {
-        if (peer == lossy->super.rank || !inner->ops->reachable(inner, peer)) {
+        if (peer == lossy->super.rank || !tw_tl_reachable(inner, peer)) {
             continue;
         }
         if (lossy->super.peer_down != NULL) {
@@ -558,8 +572,8 @@ static tw_status_t tw_lossy_tx(tw_lossy_iface_t *lossy, int peer, uint8_t am_id,
         (zcopy ? hdr_len > inner->attr.max_hdr || len > inner->attr.max_zcopy || comp == NULL
                : !fits)) {
         /* Not a frame the inner takes: its own refusal, no draw. */
-        return zcopy ? inner->ops->am_zcopy(inner, peer, am_id, hdr, hdr_len, data, len, comp)
-                     : inner->ops->am_short(inner, peer, am_id, hdr, hdr_len, data, len);
+        return zcopy ? tw_tl_am_zcopy(inner, peer, am_id, hdr, hdr_len, data, len, comp)
+                     : tw_tl_am_short(inner, peer, am_id, hdr, hdr_len, data, len);
     }
     if (zcopy) {
         done = tw_malloc(sizeof(*done)); /* before the draw: no failure after it */
@@ -614,11 +628,11 @@ static tw_status_t tw_lossy_tx(tw_lossy_iface_t *lossy, int peer, uint8_t am_id,
         goto out;
     }
     if (zcopy && !corrupt) {
-        st = inner->ops->am_zcopy(inner, peer, am_id, hdr, hdr_len, data, len, comp);
+        st = tw_tl_am_zcopy(inner, peer, am_id, hdr, hdr_len, data, len, comp);
     } else if (f != NULL) {
-        st = inner->ops->am_short(inner, peer, am_id, f->bytes, hdr_len, f->bytes + hdr_len, len);
+        st = tw_tl_am_short(inner, peer, am_id, f->bytes, hdr_len, f->bytes + hdr_len, len);
     } else {
-        st = inner->ops->am_short(inner, peer, am_id, hdr, hdr_len, data, len);
+        st = tw_tl_am_short(inner, peer, am_id, hdr, hdr_len, data, len);
     }
     if (st != TW_OK) {
         tw_lossy_undo(lossy, TW_FAULT_TX, peer, &v);
@@ -631,10 +645,9 @@ static tw_status_t tw_lossy_tx(tw_lossy_iface_t *lossy, int peer, uint8_t am_id,
     if (dup) {
         /* A zero-copy frame's second copy comes from f: its completion may
          * already have run (self, inline ids) and freed the payload. */
-        tw_status_t st2 = f != NULL
-                              ? inner->ops->am_short(inner, peer, am_id, f->bytes, hdr_len,
+        tw_status_t st2 = f != NULL ? tw_tl_am_short(inner, peer, am_id, f->bytes, hdr_len,
                                                      f->bytes + hdr_len, len)
-                              : inner->ops->am_short(inner, peer, am_id, hdr, hdr_len, data, len);
+                                    : tw_tl_am_short(inner, peer, am_id, hdr, hdr_len, data, len);
         if (st2 == TW_ERR_AGAIN) {
             if (f == NULL) {
                 f = tw_lossy_frame_new(TW_FAULT_TX, peer, am_id, hdr, hdr_len, data, len, false);
@@ -644,8 +657,7 @@ static tw_status_t tw_lossy_tx(tw_lossy_iface_t *lossy, int peer, uint8_t am_id,
                 f = NULL;
             }
         } else if (st2 != TW_OK) {
-            tw_debug("lossy", "%s: duplicate to %d lost: %s", lossy->ops.name, peer,
-                     tw_strerror(st2));
+            tw_debug("lossy", "%s: duplicate to %d lost: %s", lossy->name, peer, tw_strerror(st2));
         }
     }
     tw_lossy_count(lossy, &v, corrupt, dup);
@@ -746,7 +758,7 @@ static int tw_lossy_progress(tw_tl_iface_t *iface)
     tw_lossy_iface_t *lossy = tw_lossy_of(iface);
     tw_lossy_frame_t *due = NULL, *dead = NULL;
     tw_lossy_done_t *done;
-    int events = tw_tl_progress(lossy->inner);
+    int events = 0;
     uint64_t now = tw_time_ns();
     bool killed, busy, stalled;
 
@@ -780,55 +792,29 @@ static int tw_lossy_progress(tw_tl_iface_t *iface)
 
 static int tw_lossy_poll(tw_tl_iface_t *iface)
 {
-    tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
-
-    return inner->ops->poll(inner);
-}
-
-static tw_status_t tw_lossy_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p)
-{
-    tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
-
-    return inner->ops->addr_pack(inner, buf, cap, len_p);
-}
-
-static tw_status_t tw_lossy_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr,
-                                         size_t len)
-{
-    tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
-
-    return inner->ops->addr_connect(inner, peer, addr, len);
-}
-
-static void tw_lossy_ready(tw_tl_iface_t *iface)
-{
-    tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
-
-    inner->ops->ready(inner);
+    return tw_tl_poll(tw_lossy_of(iface)->inner);
 }
 
 static bool tw_lossy_reachable(tw_tl_iface_t *iface, int peer)
 {
-    tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
-
-    return inner->ops->reachable(inner, peer);
+    return tw_tl_reachable(tw_lossy_of(iface)->inner, peer);
 }
 
 /* Registration is the inner's (its keys, its device): faults are injected
  * on frames, not on one-sided operations. */
 static tw_status_t tw_lossy_mem_reg(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
-                                    size_t *key_len, void **handle)
+                                    size_t *key_len_p, void **handle_p)
 {
     tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
 
-    return inner->ops->mem_reg(inner, addr, len, key, key_len, handle);
+    return tw_tl_mem_reg(inner, addr, len, key, key_len_p, handle_p);
 }
 
 static tw_status_t tw_lossy_mem_dereg(tw_tl_iface_t *iface, void *handle)
 {
     tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
 
-    return inner->ops->mem_dereg(inner, handle);
+    return tw_tl_mem_dereg(inner, handle);
 }
 
 static tw_status_t tw_lossy_put_zcopy(tw_tl_iface_t *iface, int peer, const void *src, size_t len,
@@ -836,7 +822,7 @@ static tw_status_t tw_lossy_put_zcopy(tw_tl_iface_t *iface, int peer, const void
 {
     tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
 
-    return inner->ops->put_zcopy(inner, peer, src, len, raddr, rkey, comp);
+    return tw_tl_put_zcopy(inner, peer, src, len, raddr, rkey, comp);
 }
 
 static tw_status_t tw_lossy_get_zcopy(tw_tl_iface_t *iface, int peer, void *dst, size_t len,
@@ -844,14 +830,14 @@ static tw_status_t tw_lossy_get_zcopy(tw_tl_iface_t *iface, int peer, void *dst,
 {
     tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
 
-    return inner->ops->get_zcopy(inner, peer, dst, len, raddr, rkey, comp);
+    return tw_tl_get_zcopy(inner, peer, dst, len, raddr, rkey, comp);
 }
 
 static tw_status_t tw_lossy_flush(tw_tl_iface_t *iface, int peer, tw_tl_comp_t *comp)
 {
     tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
 
-    return inner->ops->flush(inner, peer, comp);
+    return tw_tl_flush(inner, peer, comp);
 }
 
 static tw_status_t tw_lossy_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *rndv, void *dst,
@@ -859,34 +845,164 @@ static tw_status_t tw_lossy_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *rndv, v
 {
     tw_tl_iface_t *inner = tw_lossy_of(iface)->inner;
 
-    return inner->ops->rndv_get(inner, rndv, dst, len, comp);
+    return tw_tl_rndv_get(inner, rndv, dst, len, comp);
 }
 
 static tw_status_t tw_lossy_query(char *why, size_t why_len)
 {
     (void)why, (void)why_len;
-    return TW_OK; /* replaced per instance by the inner's */
+    return TW_OK;
 }
 
-static tw_status_t tw_lossy_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
+/* ---- settings ---------------------------------------------------------------------- */
+
+typedef struct tw_lossy_cfg {
+    char fault[TW_CFG_STRLEN]; /* TW_FAULT: the spec (tw_fault.h) */
+    char on[TW_CFG_STRLEN];    /* TW_FAULT_ON: which transports (empty: all) */
+    char ranks[TW_CFG_STRLEN]; /* TW_FAULT_RANKS: in which ranks (empty: all) */
+} tw_lossy_cfg_t;
+
+static const tw_cfg_entry_t tw_lossy_cfg_entries[] = {
+    {.name = "TW_FAULT",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "fault injection (testing): e.g. drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=42",
+     .offset = offsetof(tw_lossy_cfg_t, fault)},
+    {.name = "TW_FAULT_ON",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "transports TW_FAULT applies to (comma list); empty = every one",
+     .offset = offsetof(tw_lossy_cfg_t, on)},
+    {.name = "TW_FAULT_RANKS",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "ranks in which TW_FAULT applies (comma list); empty = every one",
+     .offset = offsetof(tw_lossy_cfg_t, ranks)},
+};
+
+static const tw_cfg_table_t tw_lossy_cfg_table = {
+    .module = "lossy",
+    .entries = tw_lossy_cfg_entries,
+    .count = TW_ARRAY_SIZE(tw_lossy_cfg_entries),
+};
+
+/* Read TW_FAULT*: *@p any_p says whether there is anything to inject.
+ * Every transport and rank the lists name must exist: a typo would
+ * silently inject nothing. */
+static tw_status_t tw_lossy_settings(const tw_tl_params_t *params, tw_lossy_cfg_t *c,
+                                     tw_fault_spec_t *spec, bool *any_p)
 {
-    (void)params, (void)iface_p;
-    tw_error("lossy", "the lossy transport wraps another: open it with tw_lossy_open");
-    return TW_ERR_UNSUPPORTED;
+    char why[128], buf[TW_CFG_STRLEN];
+    char *save = NULL, *end;
+
+    *any_p = false;
+    tw_cfg_set_defaults(&tw_lossy_cfg_table, c);
+    if (tw_cfg_apply_env(&tw_lossy_cfg_table, c) != TW_OK) {
+        return TW_ERR_INVALID;
+    }
+    if (c->fault[0] == '\0') {
+        return TW_OK;
+    }
+    if (tw_fault_parse(c->fault, spec, why, sizeof(why)) != TW_OK) {
+        tw_error("init", "TW_FAULT=%s: %s", c->fault, why);
+        return TW_ERR_INVALID;
+    }
+    snprintf(buf, sizeof(buf), "%s", c->on);
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+        if (tw_tl_find(t) == NULL) {
+            tw_error("init", "TW_FAULT_ON=%s: no transport '%s'", c->on, t);
+            return TW_ERR_INVALID;
+        }
+    }
+    snprintf(buf, sizeof(buf), "%s", c->ranks);
+    save = NULL;
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+        long r = strtol(t, &end, 10);
+        if (*end != '\0' || r < 0 || r >= params->size) {
+            tw_error("init", "TW_FAULT_RANKS=%s: '%s' is not a rank of this job of %d", c->ranks, t,
+                     params->size);
+            return TW_ERR_INVALID;
+        }
+    }
+    *any_p = spec->any;
+    return TW_OK;
 }
 
-/* Copied per instance, which takes the inner's name, caps, query and stubs. */
-static const tw_tl_ops_t tw_lossy_fwd_ops = {
+static tw_status_t tw_lossy_wrap_wants(const tw_tl_params_t *params, const tw_tl_iface_t *inner,
+                                       bool *wants_p)
+{
+    tw_lossy_cfg_t c;
+    tw_fault_spec_t spec;
+    char rank[16];
+    bool any;
+    tw_status_t st = tw_lossy_settings(params, &c, &spec, &any);
+
+    snprintf(rank, sizeof(rank), "%d", params->rank);
+    *wants_p = st == TW_OK && any && tw_cfg_list_has(c.on, inner->ops->name, NULL) &&
+               tw_cfg_list_has(c.ranks, rank, NULL);
+    return st;
+}
+
+static tw_status_t tw_lossy_wrap_open(tw_tl_iface_t *const *inner, unsigned n,
+                                      const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
+{
+    tw_lossy_cfg_t c;
+    tw_fault_spec_t spec;
+    bool any;
+    tw_status_t st;
+
+    if (n != 1) {
+        tw_error("lossy", "lossy wraps one transport at a time, not %u", n);
+        return TW_ERR_INVALID;
+    }
+    st = tw_lossy_settings(params, &c, &spec, &any);
+    if (st != TW_OK) {
+        return st;
+    }
+    tw_info("init", "transport %s: fault injection TW_FAULT=%s", inner[0]->ops->name, c.fault);
+    return tw_lossy_wrap(inner[0], params, &spec, iface_p);
+}
+
+/* ---- open --------------------------------------------------------------------------- */
+
+/* The inner delivers to our hooks; what it may deliver inline, and the
+ * frame classes, are the layer above's. */
+static void tw_lossy_bind_inner(tw_lossy_iface_t *lossy, const tw_tl_params_t *up)
+{
+    tw_tl_params_t hooks = *up;
+
+    hooks.recv = tw_lossy_recv;
+    hooks.recv_arg = lossy;
+    hooks.recv_rndv = up->recv_rndv != NULL ? tw_lossy_recv_rndv : NULL;
+    hooks.peer_down = tw_lossy_peer_down;
+    hooks.peer_down_arg = lossy;
+    tw_tl_bind(lossy->inner, &hooks);
+}
+
+static void tw_lossy_bind(tw_tl_iface_t *iface, const tw_tl_params_t *up)
+{
+    tw_tl_iface_bind(iface, up);
+    tw_lossy_bind_inner(tw_lossy_of(iface), up);
+}
+
+static void tw_lossy_iface_close(tw_tl_iface_t *iface);
+
+const tw_tl_ops_t tw_lossy_ops = {
     .name = "lossy",
     .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_PUT | TW_TL_CAP_GET |
-            TW_TL_CAP_FLUSH | TW_TL_CAP_RNDV,
-    .opt_in = true,
+            TW_TL_CAP_FLUSH | TW_TL_CAP_RNDV | TW_TL_CAP_POLL | TW_TL_CAP_MEM_REG |
+            TW_TL_CAP_INLINE_SEND | TW_TL_CAP_WRAPPER,
+    .cfg = &tw_lossy_cfg_table,
     .query = tw_lossy_query,
-    .iface_open = tw_lossy_iface_open,
+    .iface_open = tw_tl_stub_iface_open,
+    .wrap_wants = tw_lossy_wrap_wants,
+    .wrap_open = tw_lossy_wrap_open,
     .iface_close = tw_lossy_iface_close,
-    .addr_pack = tw_lossy_addr_pack,
-    .addr_connect = tw_lossy_addr_connect,
-    .ready = tw_lossy_ready,
+    .bind = tw_lossy_bind,
+    .addr_pack = tw_tl_noaddr_pack,
+    .addr_connect = tw_tl_noaddr_connect,
+    .ready = tw_tl_noaddr_ready,
+    .quiesce = tw_tl_noop_quiesce,
     .reachable = tw_lossy_reachable,
     .am_short = tw_lossy_am_short,
     .am_zcopy = tw_lossy_am_zcopy,
@@ -900,68 +1016,21 @@ static const tw_tl_ops_t tw_lossy_fwd_ops = {
     .mem_dereg = tw_lossy_mem_dereg,
 };
 
-/* The per-instance table: lossy's forwarders where the inner has the
- * operation, the inner's stubs where it has not (caps stay consistent, and
- * the runtime still sees whether there is a poll). */
-static void tw_lossy_make_ops(tw_tl_ops_t *ops, const tw_tl_ops_t *inner)
-{
-    *ops = tw_lossy_fwd_ops;
-    ops->name = inner->name;
-    ops->caps = inner->caps;
-    ops->opt_in = inner->opt_in;
-    ops->inline_on_send = inner->inline_on_send;
-    ops->query = inner->query;
-    if (inner->am_short == tw_tl_stub_am_short) {
-        ops->am_short = tw_tl_stub_am_short;
-    }
-    if (inner->am_zcopy == tw_tl_stub_am_zcopy) {
-        ops->am_zcopy = tw_tl_stub_am_zcopy;
-    }
-    if (inner->put_zcopy == tw_tl_stub_put_zcopy) {
-        ops->put_zcopy = tw_tl_stub_put_zcopy;
-    }
-    if (inner->get_zcopy == tw_tl_stub_get_zcopy) {
-        ops->get_zcopy = tw_tl_stub_get_zcopy;
-    }
-    if (inner->flush == tw_tl_stub_flush) {
-        ops->flush = tw_tl_stub_flush;
-    }
-    if (inner->rndv_get == tw_tl_stub_rndv_get) {
-        ops->rndv_get = tw_tl_stub_rndv_get;
-    }
-    if (inner->poll == tw_tl_stub_progress) {
-        ops->poll = tw_tl_stub_progress;
-    }
-    if (inner->mem_reg == tw_tl_stub_mem_reg) {
-        ops->mem_reg = tw_tl_stub_mem_reg;
-        ops->mem_dereg = tw_tl_stub_mem_dereg;
-    }
-}
-
-tw_status_t tw_lossy_open(const tw_tl_ops_t *inner, const tw_tl_params_t *params,
-                          const tw_fault_spec_t *spec, const uint8_t am_type[64],
-                          tw_tl_iface_t **iface_p)
+tw_status_t tw_lossy_wrap(tw_tl_iface_t *inner, const tw_tl_params_t *params,
+                          const tw_fault_spec_t *spec, tw_tl_iface_t **iface_p)
 {
     tw_lossy_iface_t *lossy;
-    tw_tl_params_t p;
     char name[64];
     tw_status_t st;
 
     if (inner == NULL || params == NULL || spec == NULL || iface_p == NULL || params->size < 1 ||
         params->recv == NULL || !tw_lossy_spec_ok(spec)) {
-        tw_error("lossy", "tw_lossy_open: NULL argument, no recv callback or a bad spec");
+        tw_error("lossy", "tw_lossy_wrap: NULL argument, no recv callback or a bad spec");
         return TW_ERR_INVALID;
-    }
-    for (int i = 0; am_type != NULL && i < 64; i++) {
-        if (am_type[i] >= TW_FAULT_NTYPES) {
-            tw_error("lossy", "tw_lossy_open: am id %d has fault type %u (want 0..%d)", i,
-                     am_type[i], TW_FAULT_NTYPES - 1);
-            return TW_ERR_INVALID;
-        }
     }
     lossy = tw_calloc(1, sizeof(*lossy));
     if (lossy == NULL) {
-        tw_error("lossy", "cannot allocate a lossy iface for %s", inner->name);
+        tw_error("lossy", "cannot allocate a lossy iface for %s", inner->ops->name);
         return TW_ERR_NOMEM;
     }
     lossy->paths = tw_calloc((size_t)params->size, sizeof(*lossy->paths));
@@ -970,7 +1039,7 @@ tw_status_t tw_lossy_open(const tw_tl_ops_t *inner, const tw_tl_params_t *params
         st = TW_ERR_NOMEM;
         goto err_free;
     }
-    snprintf(name, sizeof(name), "lossy:%s", inner->name);
+    snprintf(name, sizeof(name), "lossy:%s", inner->ops->name);
     lossy->fstats = tw_stats_create(name, tw_lossy_stat_descs, TW_LOSSY_STAT_COUNT);
     if (lossy->fstats == NULL) {
         tw_error("lossy", "%s: cannot allocate counters", name);
@@ -988,6 +1057,11 @@ tw_status_t tw_lossy_open(const tw_tl_ops_t *inner, const tw_tl_params_t *params
         st = TW_ERR_NOMEM;
         goto err_timer;
     }
+    st = tw_pe_watch(inner->pe, lossy->timer_fd); /* logs its failure */
+    if (st != TW_OK) {
+        goto err_mutex;
+    }
+    lossy->timer_watched = true;
     lossy->spec = *spec;
     for (int peer = 0; peer < params->size; peer++) {
         for (int dir = 0; dir < TW_FAULT_NDIRS; dir++) {
@@ -995,57 +1069,31 @@ tw_status_t tw_lossy_open(const tw_tl_ops_t *inner, const tw_tl_params_t *params
                               (tw_fault_dir_t)dir);
         }
     }
-    if (am_type != NULL) {
-        memcpy(lossy->am_type, am_type, sizeof(lossy->am_type));
-    } /* else all TW_FAULT_DATA (0) */
     lossy->held_tail = &lossy->held;
     lossy->done_tail = &lossy->done;
     atomic_init(&lossy->killed, false);
     atomic_init(&lossy->kill_at, UINT64_MAX);
-    /* The caller's callbacks, which the hooks call, before the inner can. */
-    lossy->super.pe = params->pe;
-    lossy->super.rank = params->rank;
-    lossy->super.size = params->size;
-    lossy->super.recv = params->recv;
-    lossy->super.recv_arg = params->recv_arg;
-    lossy->super.inline_am_ids = params->inline_am_ids;
-    lossy->super.recv_rndv = params->recv_rndv;
-    lossy->super.peer_down = params->peer_down;
-    lossy->super.peer_down_arg = params->peer_down_arg;
-    tw_lossy_make_ops(&lossy->ops, inner);
-
-    p = *params;
-    p.recv = tw_lossy_recv;
-    p.recv_arg = lossy;
-    p.recv_rndv = params->recv_rndv != NULL ? tw_lossy_recv_rndv : NULL;
-    p.peer_down = tw_lossy_peer_down;
-    p.peer_down_arg = lossy;
+    lossy->name = inner->name;
+    lossy->inner = inner;
+    /* It runs where the inner runs, and does what the inner does. */
+    tw_tl_wrapper_init(&lossy->super, &tw_lossy_ops, params, inner->caps, lossy->fstats,
+                       &lossy->inner, 1);
+    lossy->super.name = inner->name;
+    lossy->super.pe = inner->pe;
+    lossy->super.attr = inner->attr;
+    tw_lossy_bind_inner(lossy, params);
     lossy->t0 = tw_time_ns();
-    st = inner->iface_open(&p, &lossy->inner);
-    if (st != TW_OK) {
-        goto err_mutex;
-    }
-    st = tw_pe_watch(params->pe, lossy->timer_fd); /* logs its failure */
-    if (st != TW_OK) {
-        goto err_inner;
-    }
-    lossy->timer_watched = true;
-    lossy->super.ops = &lossy->ops;
-    lossy->super.pe = lossy->inner->pe;
-    lossy->super.stats = lossy->inner->stats;
-    lossy->super.attr = lossy->inner->attr;
     pthread_mutex_lock(&lossy->lock);
     tw_lossy_arm_locked(lossy, spec->kill_ns);
     pthread_mutex_unlock(&lossy->lock);
     tw_debug("lossy",
              "%s wrapped with faults (seed %" PRIu64 ", blackhole %" PRIu64 " ns for %" PRIu64
              " ns, kill %" PRIu64 " ns)",
-             inner->name, spec->seed, spec->blackhole_ns, spec->blackhole_len_ns, spec->kill_ns);
+             inner->ops->name, spec->seed, spec->blackhole_ns, spec->blackhole_len_ns,
+             spec->kill_ns);
     *iface_p = &lossy->super;
     return TW_OK;
 
-err_inner:
-    inner->iface_close(lossy->inner);
 err_mutex:
     pthread_mutex_destroy(&lossy->lock);
 err_timer:
@@ -1059,10 +1107,10 @@ err_free:
     return st;
 }
 
-/* After the engine stopped. The inner goes first: what it still delivers
- * comes through our hooks; then what we hold is dropped (a zero-copy frame
- * held by reference completes TW_ERR_CANCELED) and deferred completions
- * run. */
+/* After the engine stopped, and after the inner closed (tw_tl_close):
+ * what it still delivered came through our hooks; now what we hold is
+ * dropped (a zero-copy frame held by reference completes TW_ERR_CANCELED)
+ * and deferred completions run. */
 static void tw_lossy_iface_close(tw_tl_iface_t *iface)
 {
     tw_lossy_iface_t *lossy = tw_lossy_of(iface);
@@ -1073,7 +1121,6 @@ static void tw_lossy_iface_close(tw_tl_iface_t *iface)
         tw_pe_unwatch(lossy->super.pe, lossy->timer_fd);
     }
     close(lossy->timer_fd);
-    lossy->inner->ops->iface_close(lossy->inner);
     pthread_mutex_lock(&lossy->lock);
     held = lossy->held;
     done = lossy->done;

@@ -1,22 +1,26 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * The lossy transport: a wrapper around an open transport that injects
+ * The lossy transport: a wrapper over an open transport that injects
  * seeded faults (tw_fault.h: drop, corrupt, dup, reorder, delay, blackhole,
  * kill) into its active messages, both as they are sent and as they
- * arrive. The wrapper looks like the transport it wraps -- same name,
- * capabilities, attributes, counters and engine -- so the layers above
- * (reliability, tests) use it through the ops table unchanged:
+ * arrive. The runtime puts it over each transport TW_FAULT_ON names, in
+ * the ranks TW_FAULT_RANKS names, when TW_FAULT is set (its ops'
+ * wrap_wants / wrap_open); tests wrap an iface of their own:
  *
- *   const uint8_t am_type[64] = {[MY_ACK_ID] = TW_FAULT_ACK};
- *   tw_fault_spec_t spec;
  *   tw_fault_parse("drop=0.05,seed=42", &spec, why, sizeof(why));
- *   st = tw_lossy_open(tw_tl_find("tcp"), &params, &spec, am_type, &iface);
- *   ... tw_tl_am_short(iface, ...), tw_tl_progress(iface) ...
- *   iface->ops->iface_close(iface);   (closes the wrapped transport too)
+ *   tw_tl_iface_open(tw_tl_find("tcp"), &params, &inner);
+ *   st = tw_lossy_wrap(inner, &params, &spec, &iface);
+ *   tw_tl_pe_add_tree(iface);       (both progress functions)
+ *   ... tw_tl_am_short(iface, ...) ...
+ *   tw_tl_close(iface);             (closes the inner too)
  *
- * Rendezvous (recv_rndv, rndv_get), put/get/flush and the address
- * exchange pass through untouched.
+ * What it does is what the inner does (caps, attr, engine): the layer
+ * above sees the same transport, faulty. Fault rules per frame class
+ * (tx.ack.drop=1) go by the classes the layer above names for its am ids
+ * (tw_tl_params_t.am_class). Rendezvous (recv_rndv, rndv_get),
+ * put/get/flush and memory registration pass through untouched; it has no
+ * address of its own.
  */
 #ifndef TW_LOSSY_H
 #define TW_LOSSY_H
@@ -40,30 +44,26 @@ enum {
     TW_LOSSY_STAT_COUNT
 };
 
-/** Open transport @p inner with @p params, interposing seeded fault
- * injection per @p spec (copied). am_type[i] (i < 64) is the
- * tw_fault_type_t of transport am id i (ids >= 64 are TW_FAULT_DATA; a NULL
- * @p am_type makes every id data). The returned iface looks like the inner
- * one to everybody (its ops->name, caps and opt_in are the inner's; its ops
- * table is a per-instance copy of lossy's forwarding table, with the
- * inner's stubs where the inner has them; attr and stats pointer are the
- * inner's, pe is the inner's). Its ops->iface_close closes the inner iface
- * and frees the wrapper; its ops->iface_open is never to be called
- * (TW_ERR_UNSUPPORTED): this function is the entry point.
+/** Wrap the open iface @p inner with seeded fault injection per @p spec
+ * (copied), taking it over (tw_tl_bind): its arrivals and peer_down go
+ * through the wrapper to @p params' callbacks. Fault types of am ids come
+ * from @p params->am_class (rebinding with tw_tl_bind changes them). The
+ * wrapper's counters (iface->stats) are "lossy:<inner name>"; the inner
+ * keeps its own.
  *
  * Each (peer, direction) draws from its own tw_fault_rng_t, seeded with
  * (spec->seed, params->rank, peer, direction); the schedule (blackhole,
  * kill) counts from this call. Held and delayed frames, deferred zero-copy
  * completions and the kill report are handled by the wrapper's progress
- * on the engine, which keeps the engine awake while frames are held.
+ * on the inner's engine, which keeps the engine awake while frames are
+ * held.
  *
- * @return TW_OK; TW_ERR_INVALID (NULL argument, an am_type entry that is
- *   no tw_fault_type_t); TW_ERR_NOMEM, TW_ERR_TRANSPORT (timer); or what
- *   the inner iface_open returned.
- * Thread: the caller of tw_init (as iface_open). */
-tw_status_t tw_lossy_open(const tw_tl_ops_t *inner, const tw_tl_params_t *params,
-                          const tw_fault_spec_t *spec, const uint8_t am_type[64],
-                          tw_tl_iface_t **iface_p);
+ * @return TW_OK (the wrapper owns @p inner: tw_tl_close closes both);
+ *   TW_ERR_INVALID (NULL argument, no recv callback, a bad spec);
+ *   TW_ERR_NOMEM, TW_ERR_TRANSPORT (timer): @p inner is untouched.
+ * Thread: the caller of tw_init, before traffic. */
+tw_status_t tw_lossy_wrap(tw_tl_iface_t *inner, const tw_tl_params_t *params,
+                          const tw_fault_spec_t *spec, tw_tl_iface_t **iface_p);
 
 /** Replace the spec at run time (test hook): the next decisions use it,
  * frames already held keep their fate. Resets nothing else (the rng
@@ -71,10 +71,11 @@ tw_status_t tw_lossy_open(const tw_tl_ops_t *inner, const tw_tl_params_t *params
  * stays killed). Thread: any. */
 void tw_lossy_set_spec(tw_tl_iface_t *iface, const tw_fault_spec_t *spec);
 
-/** The fault counters of a lossy iface (group name "lossy:<inner name>",
- * TW_LOSSY_STAT_* order: dropped, corrupted, duplicated, reordered,
- * delayed, blackholed, killed_paths), or NULL when @p iface is not a lossy
- * wrapper. Valid until the iface closes. Thread: any. */
+/** The fault counters of a lossy iface (its stats: group name
+ * "lossy:<inner name>", TW_LOSSY_STAT_* order: dropped, corrupted,
+ * duplicated, reordered, delayed, blackholed, killed_paths), or NULL when
+ * @p iface is not a lossy wrapper. Valid until the iface closes.
+ * Thread: any. */
 tw_stats_t *tw_lossy_stats(const tw_tl_iface_t *iface);
 
 /** The inner iface (NULL when @p iface is not lossy). Thread: any. */

@@ -136,14 +136,18 @@ static void tw_self_iface_close(tw_tl_iface_t *iface);
 
 const tw_tl_ops_t tw_self_ops = {
     .name = "self",
-    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY,
-    .inline_on_send = true,
+    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_INLINE_SEND | TW_TL_CAP_ALWAYS_ON,
+    .cfg = NULL,
     .query = tw_self_query,
     .iface_open = tw_self_iface_open,
+    .wrap_wants = tw_tl_stub_wrap_wants,
+    .wrap_open = tw_tl_stub_wrap_open,
     .iface_close = tw_self_iface_close,
+    .bind = tw_tl_iface_bind,
     .addr_pack = tw_tl_noaddr_pack,
     .addr_connect = tw_tl_noaddr_connect,
     .ready = tw_tl_noaddr_ready,
+    .quiesce = tw_tl_noop_quiesce,
     .reachable = tw_self_reachable,
     .am_short = tw_self_am_short,
     .am_zcopy = tw_self_am_zcopy,
@@ -152,7 +156,7 @@ const tw_tl_ops_t tw_self_ops = {
     .flush = tw_tl_stub_flush,
     .rndv_get = tw_tl_stub_rndv_get,
     .progress = tw_tl_stub_progress, /* all work arrives as engine commands */
-    .poll = tw_tl_stub_progress,     /* tagged messages are delivered inline */
+    .poll = tw_tl_stub_poll,         /* tagged messages are delivered inline */
     .mem_reg = tw_tl_stub_mem_reg,
     .mem_dereg = tw_tl_stub_mem_dereg,
 };

@@ -1071,9 +1071,10 @@ static int tw_shm_progress(tw_tl_iface_t *iface)
 }
 
 /* A waiting worker's share: tagged arrivals and what goes with them. */
-static int tw_shm_poll(tw_tl_iface_t *iface)
+/* Thread: holder of the engine's lock (tw_shm_poll). */
+static int tw_shm_poll_locked(void *arg)
 {
-    tw_shm_iface_t *shm = (tw_shm_iface_t *)iface;
+    tw_shm_iface_t *shm = arg;
     int n;
 
     if (shm->npeers_up == 0 && shm->jobs_head == NULL) {
@@ -1083,6 +1084,11 @@ static int tw_shm_poll(tw_tl_iface_t *iface)
     n = tw_shm_rx_all(shm, true);
     shm->in_poll = false;
     return n;
+}
+
+static int tw_shm_poll(tw_tl_iface_t *iface)
+{
+    return tw_pe_try_call(iface->pe, tw_shm_poll_locked, iface);
 }
 
 /* ---- setup --------------------------------------------------------------- */
@@ -1135,13 +1141,18 @@ static bool tw_shm_reachable(tw_tl_iface_t *iface, int peer)
 
 const tw_tl_ops_t tw_shm_ops = {
     .name = "shm",
-    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV,
+    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV | TW_TL_CAP_POLL,
+    .cfg = &tw_shm_cfg_table,
     .query = tw_shm_query,
     .iface_open = tw_shm_iface_open,
+    .wrap_wants = tw_tl_stub_wrap_wants,
+    .wrap_open = tw_tl_stub_wrap_open,
     .iface_close = tw_shm_iface_close,
+    .bind = tw_tl_iface_bind,
     .addr_pack = tw_shm_addr_pack,
     .addr_connect = tw_shm_addr_connect,
     .ready = tw_shm_ready,
+    .quiesce = tw_tl_noop_quiesce,
     .reachable = tw_shm_reachable,
     .am_short = tw_shm_am_short,
     .am_zcopy = tw_shm_am_zcopy,

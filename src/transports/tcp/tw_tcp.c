@@ -328,7 +328,6 @@ struct tw_tcp_iface {
     int naddrs;
     tw_tcp_addr_t addrs[TW_TCP_MAX_ADDRS]; /* where we listen (port 0) */
     uint64_t tick_ns;
-    uint64_t inline_ids;    /* am ids a worker may deliver (no user code) */
     tw_tcp_ep_t *eps;       /* [size]; eps[p] is owned by lane p % nlanes */
     _Atomic(uint8_t) *down; /* [size]: failed or left (any thread reads) */
 };
@@ -897,8 +896,8 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
             off += TW_TCP_FRAME_LEN; /* PING: its arrival was the point */
             continue;
         }
-        if (f.len >= TW_TCP_RNDV_MIN && f.am_id < 64 && (tcp->inline_ids & (1ull << f.am_id)) &&
-            tcp->super.recv_rndv != NULL) {
+        if (f.len >= TW_TCP_RNDV_MIN && f.am_id < 64 &&
+            (tcp->super.inline_am_ids & (1ull << f.am_id)) && tcp->super.recv_rndv != NULL) {
             size_t head = TW_TCP_FRAME_LEN + f.hdr_len, avail;
             if (c->in_len - off < head) {
                 break; /* the header first */
@@ -933,7 +932,7 @@ static bool tw_tcp_parse_frames(tw_tcp_conn_t *c)
             }
             break;
         }
-        if (lane->in_worker && (f.am_id >= 64 || !(tcp->inline_ids & (1ull << f.am_id)))) {
+        if (lane->in_worker && (f.am_id >= 64 || !(tcp->super.inline_am_ids & (1ull << f.am_id)))) {
             /* User code runs on the engine: it parses from here on. */
             tw_tcp_ep_t *ep = &tcp->eps[c->peer];
             if (!ep->reparse) {
@@ -1665,9 +1664,9 @@ static int tw_tcp_lane_poll(void *arg)
 static int tw_tcp_poll(tw_tl_iface_t *iface)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
-    int events = tw_tcp_lane_poll(&tcp->lanes[0]);
+    int events = 0;
 
-    for (int k = 1; k < tcp->nlanes; k++) {
+    for (int k = 0; k < tcp->nlanes; k++) {
         events += tw_pe_try_call(tcp->lanes[k].pe, tw_tcp_lane_poll, &tcp->lanes[k]);
     }
     return events;
@@ -1957,13 +1956,18 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface);
 
 const tw_tl_ops_t tw_tcp_ops = {
     .name = "tcp",
-    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV,
+    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV | TW_TL_CAP_POLL,
+    .cfg = &tw_tcp_cfg_table,
     .query = tw_tcp_query,
     .iface_open = tw_tcp_iface_open,
+    .wrap_wants = tw_tl_stub_wrap_wants,
+    .wrap_open = tw_tl_stub_wrap_open,
     .iface_close = tw_tcp_iface_close,
+    .bind = tw_tl_iface_bind,
     .addr_pack = tw_tcp_addr_pack,
     .addr_connect = tw_tcp_addr_connect,
     .ready = tw_tcp_ready,
+    .quiesce = tw_tl_noop_quiesce,
     .reachable = tw_tcp_reachable,
     .am_short = tw_tcp_am_short,
     .am_zcopy = tw_tcp_am_zcopy,
@@ -2115,7 +2119,6 @@ static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t
         goto err;
     }
     tcp->threads = tw_pe_has_thread(params->pe);
-    tcp->inline_ids = params->inline_am_ids;
     tcp->nlanes = tcp->cfg.threads;
     if (tcp->nlanes <= 0) {
         tcp->nlanes = tcp->threads ? tw_topo_num_packages() : 1;
