@@ -87,6 +87,9 @@ static void test_parse(void)
     TWT_CHECK(s.any);
     s = parse_ok("blackhole_for=5ms"); /* no blackhole to heal: nothing happens */
     TWT_CHECK(!s.any);
+    s = parse_ok("blackhole_after=500");
+    TWT_EQ(s.blackhole_frames, 500u);
+    TWT_CHECK(s.any);
     s = parse_ok(",,drop=0.5,,"); /* empty items are skipped */
     TWT_CHECK(s.any);
 
@@ -114,6 +117,8 @@ static void test_parse(void)
     parse_bad("kill=", "duration");
     parse_bad("blackhole_for=forever", "duration");
     parse_bad("blackhole_len=1ms", "blackhole_for");
+    parse_bad("blackhole_after=0", "frames");
+    parse_bad("blackhole_after=soon", "frames");
 }
 
 static void test_determinism(void)

@@ -984,6 +984,27 @@ static void test_blackhole(void)
     tw_log_set_level(level);
 }
 
+/* blackhole_after counts decisions (over self a frame takes two: out, and
+ * in on the engine): 5 frames sent and delivered take 10; from the 11th on
+ * everything is blackholed, sends as well as frames already on their way. */
+static void test_blackhole_after(void)
+{
+    rig_open("blackhole_after=10", NULL);
+    send_n(5);
+    drain();
+    TWT_EQ(rig.narr, 5u);
+    for (unsigned i = 0; i < rig.narr; i++) {
+        TWT_EQ(frame_seq(rig.arr[i].bytes), i);
+    }
+    TWT_EQ(ctr(TW_LOSSY_STAT_BLACKHOLED), 0u);
+    send_n(3);
+    drain();
+    TWT_EQ(rig.narr, 5u);
+    TWT_EQ(ctr(TW_LOSSY_STAT_BLACKHOLED), 3u);
+    TWT_EQ(ctr(TW_LOSSY_STAT_DROPPED), 0u);
+    rig_close();
+}
+
 static void test_set_spec(void)
 {
     tw_fault_spec_t drop = parse("drop=1"), none = parse("");
@@ -1148,6 +1169,7 @@ int main(void)
     test_kill_reports();
     test_again();
     test_blackhole();
+    test_blackhole_after();
     test_set_spec();
     test_close_held();
     e0 = tw_log_count(TW_LOG_ERROR);

@@ -134,6 +134,13 @@ static tw_status_t tw_fault_item(tw_fault_spec_t *spec,
         spec->window = (unsigned)w;
         return TW_OK;
     }
+    if (klen == 15 && strncmp(key, "blackhole_after", 15) == 0) {
+        if (!tw_fault_parse_u64(val, vlen, UINT64_MAX, &spec->blackhole_frames) ||
+            spec->blackhole_frames == 0) {
+            return tw_fault_bad(why, why_len, item, len, "blackhole_after wants frames, >= 1");
+        }
+        return TW_OK;
+    }
     static const char *const dur_names[] = {"delay_time", "blackhole", "blackhole_for", "kill"};
     uint64_t *const dur_fields[] = {&spec->delay_ns, &spec->blackhole_ns, &spec->blackhole_len_ns,
                                     &spec->kill_ns};
@@ -165,7 +172,8 @@ static tw_status_t tw_fault_item(tw_fault_spec_t *spec,
     if (kind < 0) {
         return tw_fault_bad(why, why_len, item, len,
                             "unknown key (faults: drop, corrupt, dup, reorder, delay; also seed, "
-                            "window, delay_time, blackhole, blackhole_for, kill)");
+                            "window, delay_time, blackhole, blackhole_for, blackhole_after, "
+                            "kill)");
     }
     for (int k = 0; k < nparts - 1; k++) {
         int d = tw_fault_lookup(tw_fault_dir_names, TW_FAULT_NDIRS, parts[k], plen[k]);
@@ -223,7 +231,7 @@ tw_status_t tw_fault_parse(const char *text, tw_fault_spec_t *out, char *why, si
             }
         }
     }
-    spec.any |= spec.blackhole_ns != 0 || spec.kill_ns != 0;
+    spec.any |= spec.blackhole_ns != 0 || spec.kill_ns != 0 || spec.blackhole_frames != 0;
     *out = spec;
     return TW_OK;
 }

@@ -22,6 +22,9 @@
  *   blackhole_for=D         ... for D, then let frames pass again (the
  *                           path heals: fail-back); absent or 0: forever;
  *                           without blackhole=D it does nothing
+ *   blackhole_after=N       from the N-th frame the path carries (either
+ *                           way, to or from any peer) on, drop every frame,
+ *                           for good: mid-stream whatever the speed
  *   kill=D                  at D after the path opened, the path fails
  * D is a duration (ns, us, ms, s; a bare number is us). Example:
  *   TW_FAULT=drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=42
@@ -65,6 +68,7 @@ typedef struct tw_fault_spec {
     uint64_t blackhole_ns;     /* 0: never */
     uint64_t blackhole_len_ns; /* 0: forever (once started) */
     uint64_t kill_ns;          /* 0: never */
+    uint64_t blackhole_frames; /* blackhole_after: 0: never */
     bool any;                  /* some fault can happen */
 } tw_fault_spec_t;
 

@@ -128,6 +128,7 @@ typedef struct tw_lossy_iface {
     /* Guarded by lock. */
     tw_fault_spec_t spec;
     tw_lossy_path_t *paths; /* [super.size] */
+    uint64_t frames;        /* decisions taken, every peer and direction */
     tw_lossy_frame_t *held;
     tw_lossy_frame_t **held_tail;
     tw_lossy_done_t *done;
@@ -203,13 +204,21 @@ static void tw_lossy_judge(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer
     tw_fault_decide(&lossy->spec, &path->rng[dir], dir, type, frame_len, elapsed, &v->d);
     bh_at = lossy->spec.blackhole_ns;
     bh_len = lossy->spec.blackhole_len_ns;
-    v->blackholed = v->d.drop && !v->d.killed && bh_at != 0 && elapsed >= bh_at &&
-                    (bh_len == 0 || elapsed - bh_at < bh_len);
+    /* blackhole_after: from the N-th frame decided on (either way, any
+     * peer) the path is dark for good, however fast the frames come. */
+    bool dark = lossy->spec.blackhole_frames != 0 && lossy->frames >= lossy->spec.blackhole_frames;
+    lossy->frames++;
+    if (dark && !v->d.killed) {
+        v->d = (tw_fault_decision_t){.drop = true};
+    }
+    v->blackholed =
+        v->d.drop && !v->d.killed &&
+        (dark || (bh_at != 0 && elapsed >= bh_at && (bh_len == 0 || elapsed - bh_at < bh_len)));
     v->seq = v->d.drop ? 0 : path->count[dir]++;
     if (v->blackholed && !lossy->in_blackhole) {
         lossy->in_blackhole = true;
         news = 1;
-    } else if (lossy->in_blackhole && !v->d.killed &&
+    } else if (lossy->in_blackhole && !v->d.killed && lossy->spec.blackhole_frames == 0 &&
                (bh_at == 0 || (bh_len != 0 && elapsed - bh_at >= bh_len))) {
         lossy->in_blackhole = false;
         news = 2;
@@ -221,7 +230,7 @@ static void tw_lossy_judge(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer
                 "%s: blackhole open on rank %d at %.3f ms (TW_FAULT blackhole): every "
                 "frame is lost%s",
                 lossy->name, lossy->super.rank, (double)elapsed / 1e6,
-                bh_len != 0 ? " until it heals" : "");
+                bh_len != 0 && lossy->spec.blackhole_frames == 0 ? " until it heals" : "");
     } else if (news == 2) {
         tw_info("lossy", "%s: blackhole on rank %d healed at %.3f ms", lossy->name,
                 lossy->super.rank, (double)elapsed / 1e6);
