@@ -73,7 +73,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -81,13 +80,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <threadwire/threadwire.h>
-
-extern char **environ;
 
 #define PERF_MAX_THREADS 256
 #define PERF_MAX_WINDOW  65536
@@ -135,7 +130,6 @@ typedef struct perf_opts {
     bool split;
     bool csv;
     bool stats; /* tw_stats_print on stderr at the end */
-    const char *plot;
     double timeout_s;
 } perf_opts_t;
 
@@ -203,13 +197,6 @@ typedef struct perf_worker {
     uint64_t elapsed_ns;       /* measured part of the run */
     tw_status_t status;
 } perf_worker_t;
-
-/* A row of output: per-size aggregate, kept for --plot. */
-typedef struct perf_row {
-    perf_test_t test;
-    size_t size;
-    perf_result_t res;
-} perf_row_t;
 
 static perf_opts_t g_opts;
 static tw_context_t *g_ctx;
@@ -951,200 +938,6 @@ static void print_row(const perf_run_t *r, const char *thread, const perf_result
            res->lat_avg, res->lat_min, res->lat_max, res->mbps, res->mmps);
 }
 
-/* FILE.png -> FILE<ext>; any other name gets <ext> appended. */
-static char *derived_name(const char *png, const char *ext)
-{
-    size_t n = strlen(png);
-    char *s;
-
-    if (n > 4 && strcmp(png + n - 4, ".png") == 0) {
-        n -= 4;
-    }
-    s = malloc(n + strlen(ext) + 1);
-    if (s != NULL) {
-        memcpy(s, png, n);
-        strcpy(s + n, ext);
-    }
-    return s;
-}
-
-/* A gnuplot single-quoted string: quotes doubled. */
-static void gp_quote(FILE *f, const char *s)
-{
-    fputc('\'', f);
-    for (; *s != '\0'; s++) {
-        if (*s == '\'') {
-            fputc('\'', f);
-        }
-        fputc(*s, f);
-    }
-    fputc('\'', f);
-}
-
-static bool on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char buf[4096];
-
-    while (path != NULL && *path != '\0') {
-        const char *end = strchr(path, ':');
-        size_t len = end != NULL ? (size_t)(end - path) : strlen(path);
-
-        if (len > 0 && len + strlen(prog) + 2 < sizeof(buf)) {
-            snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, path, prog);
-            if (access(buf, X_OK) == 0) {
-                return true;
-            }
-        }
-        path = end != NULL ? end + 1 : NULL;
-    }
-    return false;
-}
-
-/* Before measuring: can FILE.dat and FILE.gp be written?
- * @return EXIT_OK or EXIT_FAIL (said why). */
-static int plot_probe(void)
-{
-    const char *exts[] = {".dat", ".gp"};
-    int rc = EXIT_OK;
-
-    for (int i = 0; i < 2 && rc == EXIT_OK; i++) {
-        char *name = derived_name(g_opts.plot, exts[i]);
-        FILE *f = name != NULL ? fopen(name, "w") : NULL;
-
-        if (f == NULL) {
-            fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", name ? name : exts[i],
-                    name ? strerror(errno) : "out of memory");
-            rc = EXIT_FAIL;
-        } else {
-            fclose(f);
-        }
-        free(name);
-    }
-    return rc;
-}
-
-/* Write FILE.dat and FILE.gp, run gnuplot when there is one.
- * @return EXIT_OK, or EXIT_FAIL when a file cannot be written or gnuplot fails. */
-static int write_plot(const perf_row_t *rows, int nrows)
-{
-    static const struct {
-        const char *ylabel;
-        int col;
-        bool logy;
-    } axes[] = {[TEST_LAT] = {"half round trip (us)", 2, true},
-                [TEST_BW] = {"bandwidth (MB/s)", 5, true},
-                [TEST_RATE] = {"message rate (M msgs/s)", 6, false},
-                [TEST_PUT_LAT] = {"put to completion (us)", 2, true},
-                [TEST_PUT_BW] = {"put bandwidth (MB/s)", 5, true},
-                [TEST_GET_LAT] = {"get to completion (us)", 2, true},
-                [TEST_GET_BW] = {"get bandwidth (MB/s)", 5, true}};
-    char *dat = derived_name(g_opts.plot, ".dat"), *gp = derived_name(g_opts.plot, ".gp");
-    int rc = EXIT_FAIL;
-    FILE *f = NULL;
-
-    if (dat == NULL || gp == NULL) {
-        fprintf(stderr, "tw_perf: --plot: out of memory\n");
-        goto out;
-    }
-    if ((f = fopen(dat, "w")) == NULL) {
-        fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", dat, strerror(errno));
-        goto out;
-    }
-    for (int t = 0; t < g_opts.ntests; t++) {
-        fprintf(f,
-                "%s# tw_perf %s, %d thread(s): size_B lat_median_us lat_avg_us lat_min_us "
-                "bw_MBps rate_Mmsgps\n",
-                t > 0 ? "\n\n" : "", test_names[g_opts.tests[t]], g_opts.threads);
-        for (int i = 0; i < nrows; i++) {
-            const perf_result_t *p = &rows[i].res;
-            if (rows[i].test == g_opts.tests[t]) {
-                fprintf(f, "%zu %.3f %.3f %.3f %.2f %.4f\n", rows[i].size, p->lat_med, p->lat_avg,
-                        p->lat_min, p->mbps, p->mmps);
-            }
-        }
-    }
-    if (fclose(f) != 0) {
-        f = NULL;
-        fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", dat, strerror(errno));
-        goto out;
-    }
-    if ((f = fopen(gp, "w")) == NULL) {
-        fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", gp, strerror(errno));
-        goto out;
-    }
-    fprintf(f, "# gnuplot script written by tw_perf: gnuplot ");
-    gp_quote(f, gp);
-    fprintf(f,
-            "\nif (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-            "    set terminal pngcairo size %d,500 noenhanced\n"
-            "} else {\n"
-            "    set terminal png size %d,500 noenhanced\n"
-            "}\nset output ",
-            500 * g_opts.ntests + 100, 500 * g_opts.ntests + 100);
-    gp_quote(f, g_opts.plot);
-    fprintf(f,
-            "\nset grid\nset key top left\nset logscale x 2\nset xlabel 'message size (bytes)'\n"
-            "set multiplot layout 1,%d title 'tw_perf, %d process(es), %d thread pair(s)'\n",
-            g_opts.ntests, g_size, g_opts.threads);
-    for (int t = 0; t < g_opts.ntests; t++) {
-        perf_test_t test = g_opts.tests[t];
-        fprintf(f, "set title '%s'\nset ylabel '%s'\n%s\nplot ", test_names[test],
-                axes[test].ylabel,
-                axes[test].logy ? "set logscale y; set yrange [*:*]"
-                                : "unset logscale y; set yrange [0:*]");
-        gp_quote(f, dat);
-        fprintf(f, " index %d using 1:%d with linespoints title '%s'", t, axes[test].col,
-                test_is_lat(test) ? "median" : "all threads");
-        if (test_is_lat(test)) {
-            fprintf(f, ", '' index %d using 1:3 with linespoints title 'average'", t);
-        }
-        fputc('\n', f);
-    }
-    fprintf(f, "unset multiplot\n");
-    if (fclose(f) != 0) {
-        f = NULL;
-        fprintf(stderr, "tw_perf: --plot: cannot write %s: %s\n", gp, strerror(errno));
-        goto out;
-    }
-    f = NULL;
-    if (!on_path("gnuplot")) {
-        fprintf(stderr,
-                "tw_perf: --plot needs gnuplot (apt-get install gnuplot-nox); the data is in %s "
-                "and the script in %s\n",
-                dat, gp);
-        rc = EXIT_OK;
-        goto out;
-    }
-    {
-        char *argv[] = {"gnuplot", gp, NULL};
-        pid_t pid;
-        int ws, err = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
-
-        if (err != 0) {
-            fprintf(stderr, "tw_perf: --plot: cannot run gnuplot: %s\n", strerror(err));
-            goto out;
-        }
-        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-        }
-        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-            fprintf(stderr, "tw_perf: --plot: gnuplot %s failed; the data is in %s\n", gp, dat);
-            goto out;
-        }
-    }
-    if (!g_opts.csv) {
-        printf("# plot: %s (data %s, script %s)\n", g_opts.plot, dat, gp);
-    }
-    rc = EXIT_OK;
-out:
-    if (f != NULL) {
-        fclose(f);
-    }
-    free(dat);
-    free(gp);
-    return rc;
-}
-
 /* ---- running ----------------------------------------------------------- */
 
 /* The ranks meet: each sends a 0-byte message to its partner and waits for
@@ -1359,10 +1152,10 @@ static int rma_prepare(perf_ep_t *bar, const perf_run_t *r)
     return EXIT_OK;
 }
 
-/* One test at one size on every thread. @p res_p receives the aggregate. */
-static int run_one(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res_p)
+/* One test at one size on every thread; rank 0 prints its rows. */
+static int run_one(perf_worker_t *ws, const perf_run_t *r)
 {
-    perf_result_t *res = calloc((size_t)g_opts.threads, sizeof(*res));
+    perf_result_t *res = calloc((size_t)g_opts.threads, sizeof(*res)), all;
     int started = 0, rc = EXIT_OK;
 
     if (res == NULL) {
@@ -1437,13 +1230,13 @@ static int run_one(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res_p)
         for (int i = 0; i < g_opts.threads; i++) {
             res[i] = worker_result(&ws[i], r);
         }
-        *res_p = aggregate(res, g_opts.threads);
+        all = aggregate(res, g_opts.threads);
         for (int i = 0; g_opts.threads > 1 && i < g_opts.threads; i++) {
             char id[16];
             snprintf(id, sizeof(id), "%d", i);
             print_row(r, id, &res[i]);
         }
-        print_row(r, "all", res_p);
+        print_row(r, "all", &all);
         fflush(stdout);
     }
 out:
@@ -1538,10 +1331,8 @@ static void usage(FILE *out)
         "                         otherwise it waits in tw_cq_wait\n"
         "Output (rank 0; the other rank prints errors only):\n"
         "      --stats            each rank prints its tw_stats_print report on stderr at the end\n"
-        "      --csv              CSV on stdout: a header line, then rows\n"
-        "      --plot FILE.png    plot the sizes with gnuplot; FILE.dat (data) and FILE.gp\n"
-        "                         (script) are written beside it. Without gnuplot on PATH\n"
-        "                         tw_perf says so, keeps the data file and still exits 0\n"
+        "      --csv              CSV on stdout: a header line, then rows (tools/plot-perf.sh\n"
+        "                         plots a sweep of them with gnuplot)\n"
         "      --timeout SEC      fail when a wait sees no completion for SEC seconds\n"
         "                         (default 10)\n"
         "  -h, --help             this text\n"
@@ -1659,7 +1450,7 @@ static int parse_tests(const char *arg)
         for (int i = 0; i < g_opts.ntests; i++) {
             dup = dup || g_opts.tests[i] == (perf_test_t)k;
         }
-        if (!dup) { /* each test once: the --plot data has one block per test */
+        if (!dup) { /* each test once: tests[] has room for every test */
             g_opts.tests[g_opts.ntests++] = (perf_test_t)k;
         }
     }
@@ -1686,7 +1477,7 @@ static int parse_args(int argc, char **argv)
         {"split", no_argument, NULL, OPT_SPLIT},
         {"csv", no_argument, NULL, OPT_CSV},
         {"stats", no_argument, NULL, OPT_STATS},
-        {"plot", required_argument, NULL, OPT_PLOT},
+        {"plot", optional_argument, NULL, OPT_PLOT}, /* removed: says so */
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -1794,11 +1585,8 @@ static int parse_args(int argc, char **argv)
             g_opts.stats = true;
             break;
         case OPT_PLOT:
-            if (*optarg == '\0') {
-                return usage_error("--plot: empty file name");
-            }
-            g_opts.plot = optarg;
-            break;
+            return usage_error("--plot was removed: plot --csv output with tools/plot-perf.sh "
+                               "(tw_perf -s 8:1m --csv >run.csv; tools/plot-perf.sh run.csv)");
         case OPT_TIMEOUT: {
             char *end;
             errno = 0;
@@ -1843,8 +1631,7 @@ int main(int argc, char **argv)
 {
     perf_ep_t bar = {.thread = -1};
     perf_worker_t *ws = NULL;
-    perf_row_t *rows = NULL;
-    int nrows = 0, cap = 0, rc;
+    int rc;
     uint64_t seq = 0;
     tw_config_t cfg;
     tw_status_t st;
@@ -1899,9 +1686,6 @@ int main(int argc, char **argv)
             goto out_finalize;
         }
     }
-    if (g_rank == 0 && g_opts.plot != NULL && plot_probe() != EXIT_OK) {
-        goto out_finalize;
-    }
     if (rma_setup() != EXIT_OK) {
         goto out_finalize;
     }
@@ -1937,7 +1721,6 @@ int main(int argc, char **argv)
 
         for (size_t size = lo;; size = size * 2 > hi ? hi : size * 2) {
             perf_run_t r = {.test = test, .size = size, .window = g_opts.window};
-            perf_result_t agg;
 
             r.iters = g_opts.iters_set ? g_opts.iters : default_iters(test, size, r.window);
             r.warmup = g_opts.warmup_set     ? g_opts.warmup
@@ -1952,19 +1735,8 @@ int main(int argc, char **argv)
             if ((st = rank_barrier(&bar, seq++)) != TW_OK) {
                 goto out_finalize;
             }
-            if (run_one(ws, &r, &agg) != EXIT_OK) {
+            if (run_one(ws, &r) != EXIT_OK) {
                 goto out_finalize;
-            }
-            if (g_rank == 0) {
-                if (nrows == cap) {
-                    perf_row_t *n = realloc(rows, (size_t)(cap = cap * 2 + 16) * sizeof(*rows));
-                    if (n == NULL) {
-                        fprintf(stderr, "tw_perf: out of memory\n");
-                        goto out_finalize;
-                    }
-                    rows = n;
-                }
-                rows[nrows++] = (perf_row_t){.test = test, .size = size, .res = agg};
             }
             if (size == hi) {
                 break;
@@ -2005,10 +1777,6 @@ out_finalize:
         free(g_rma[j].win);
     }
     free(g_rma);
-    if (rc == EXIT_OK && g_rank == 0 && g_opts.plot != NULL) {
-        rc = write_plot(rows, nrows);
-    }
     free(ws);
-    free(rows);
     return rc;
 }
