@@ -3,7 +3,7 @@
 # Copyright (c) 2026 The threadwire authors
 # tw_perf in a job of one: lat, bw and rate with 1 and 2 threads, both
 # pairings, manual progress and each wait mode, a CSV sweep (row count and
-# numeric fields), --plot with or without gnuplot, usage errors (exit 2);
+# numeric fields), usage errors (exit 2, also for the removed --plot);
 # the one-sided tests (put_lat, put_bw, get_lat, get_bw) over self, both
 # pairings, manual progress, eager and rendezvous sizes.
 # With twrun given, a job of 2 either measures or fails with the clear
@@ -115,29 +115,27 @@ awk -F, 'NR > 1 {
 sizes=$(awk -F, 'NR > 1 && $4 == "all" && $1 == "bw" { printf "%s ", $2 }' "$tmp/sweep.csv")
 [ "$sizes" = "1024 2048 4096 8192 16384 " ] || fail "--csv sweep sizes: $sizes"
 
-# --plot: a PNG with gnuplot; without it, the clear message, the data file
-# and exit 0.
-run -x lat,rate -s 8:64 -n "$nb" --plot "$tmp/sweep.png"
-[ -s "$tmp/sweep.dat" ] || fail "--plot wrote no $tmp/sweep.dat"
-[ "$(grep -cvE '^(#|$)' "$tmp/sweep.dat")" -eq 8 ] || { cat "$tmp/sweep.dat"; fail "--plot data"; }
-if command -v gnuplot >/dev/null; then
-  [ -s "$tmp/sweep.png" ] || { echo "$out"; fail "gnuplot is installed but no PNG"; }
-else
-  grep -q -- "--plot needs gnuplot (apt-get install gnuplot-nox); the data is in $tmp/sweep.dat" \
-    <<<"$out" || { echo "$out"; fail "--plot without gnuplot: no clear message"; }
-fi
-
 # Usage errors exit 2 and say what is wrong; --help documents every option.
+usage_fails() { # ARGS...: tw_perf must exit 2 with a message; it lands in $msg.
+  local rc=0
+  msg=$("$perf" "$@" 2>&1) || rc=$?
+  [ "$rc" -eq 2 ] || fail "tw_perf $* exited $rc, want 2"
+  grep -q "^tw_perf: " <<<"$msg" || fail "tw_perf $*: no message: $msg"
+}
 for bad in "--bogus" "-x nope" "-s 0:4k" "-s 4q" "-t 0" "-m fast" "-n" "-w 0" "stray"; do
-  rc=0
   # shellcheck disable=SC2086 # split the option from its value
-  msg=$("$perf" $bad 2>&1) || rc=$?
-  [ "$rc" -eq 2 ] || fail "tw_perf $bad exited $rc, want 2"
-  grep -q "^tw_perf: " <<<"$msg" || fail "tw_perf $bad: no message: $msg"
+  usage_fails $bad
+done
+# --plot is gone: it says what replaces it (tools/plot-perf.sh plots --csv).
+for bad in "--plot" "--plot x.png" "--plot=x.png"; do
+  # shellcheck disable=SC2086
+  usage_fails -x lat $bad
+  grep -q "^tw_perf: --plot was removed: .*tools/plot-perf.sh" <<<"$msg" ||
+    fail "tw_perf $bad: no pointer to tools/plot-perf.sh: $msg"
 done
 run --help
 for o in --test --size --iters --warmup --window --threads --split --transports \
-  --progress-threads --wait-mode --csv --stats --plot --timeout --help ${rma//,/ }; do
+  --progress-threads --wait-mode --csv --stats --timeout --help ${rma//,/ }; do
   grep -q -- "$o" <<<"$out" || fail "--help does not document $o"
 done
 
