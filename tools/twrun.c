@@ -292,21 +292,21 @@ static void describe(int r, int st, char *buf, size_t len)
     (void)r;
 }
 
-int main(int argc, char **argv)
+typedef struct twrun_opts {
+    bool keep_going;
+    bool bind_core;
+    char **cmd; /* the program and its arguments */
+} twrun_opts_t;
+
+/* Options; returns -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, twrun_opts_t *o)
 {
     static const struct option opts[] = {{"np", required_argument, NULL, 'n'},
                                          {"keep-going", no_argument, NULL, 'k'},
                                          {"bind", required_argument, NULL, 'b'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    bool keep_going = false, bind_core = false;
-    cpu_set_t usable;
-    int opt, lfd, sfd, exit_code = 0;
-    unsigned char key[16];
-    char keyhex[33];
-    sigset_t mask;
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    struct timespec stop_at = {0, 0};
+    int opt;
 
     while ((opt = getopt_long(argc, argv, "+n:kb:h", opts, NULL)) != -1) {
         switch (opt) {
@@ -314,14 +314,14 @@ int main(int argc, char **argv)
             nranks = atoi(optarg);
             break;
         case 'k':
-            keep_going = true;
+            o->keep_going = true;
             break;
         case 'b':
             if (strcmp(optarg, "core") != 0 && strcmp(optarg, "none") != 0) {
                 fprintf(stderr, "twrun: --bind %s: want core or none\n", optarg);
                 return 2;
             }
-            bind_core = strcmp(optarg, "core") == 0;
+            o->bind_core = strcmp(optarg, "core") == 0;
             break;
         case 'h':
             usage(stdout, argv[0]);
@@ -335,9 +335,20 @@ int main(int argc, char **argv)
         usage(stderr, argv[0]);
         return 2;
     }
+    o->cmd = &argv[optind];
+    return -1;
+}
+
+/* The job key (hex), the socket directory and the listening socket. */
+static int job_setup(char keyhex[33])
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    unsigned char key[16];
+    int lfd;
+
     if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
         perror("twrun: getrandom");
-        return 1;
+        return -1;
     }
     for (int i = 0; i < 16; i++) {
         snprintf(keyhex + 2 * i, 3, "%02x", key[i]);
@@ -345,7 +356,7 @@ int main(int argc, char **argv)
     snprintf(sockdir, sizeof(sockdir), "/tmp/twrun.XXXXXX");
     if (mkdtemp(sockdir) == NULL) {
         perror("twrun: mkdtemp");
-        return 1;
+        return -1;
     }
     atexit(cleanup_dir);
     snprintf(sockpath, sizeof(sockpath), "%s/boot.sock", sockdir);
@@ -354,6 +365,181 @@ int main(int argc, char **argv)
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
         listen(lfd, 128) != 0) {
         perror("twrun: bootstrap socket");
+        return -1;
+    }
+    return lfd;
+}
+
+/* Bind the calling rank @p r to the (r mod count)-th CPU of @p usable. */
+static void bind_rank(int r, const cpu_set_t *usable)
+{
+    int want = r % CPU_COUNT(usable), seen = 0;
+
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, usable) && seen++ == want) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+                fprintf(stderr, "twrun: cannot bind rank %d to cpu %d: %s\n", r, cpu,
+                        strerror(errno));
+            }
+            return;
+        }
+    }
+}
+
+/* In the child: become rank @p r of the job and run the program. */
+static void exec_rank(int r, pid_t parent, const sigset_t *mask, const twrun_opts_t *o,
+                      const cpu_set_t *usable, const char *keyhex)
+{
+    char num[16];
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) {
+        _exit(127); /* twrun died before we armed the lifeline */
+    }
+    sigprocmask(SIG_UNBLOCK, mask, NULL);
+    if (o->bind_core) {
+        bind_rank(r, usable);
+    }
+    snprintf(num, sizeof(num), "%d", r);
+    setenv("TW_RANK", num, 1);
+    setenv("TW_LOCAL_RANK", num, 1);
+    snprintf(num, sizeof(num), "%d", nranks);
+    setenv("TW_SIZE", num, 1);
+    setenv("TW_LOCAL_SIZE", num, 1);
+    setenv("TW_JOB_KEY", keyhex, 1);
+    setenv("TW_BOOT_ADDR", sockpath, 1);
+    execvp(o->cmd[0], o->cmd);
+    fprintf(stderr, "twrun: cannot run %s: %s\n", o->cmd[0], strerror(errno));
+    _exit(127);
+}
+
+static int spawn_ranks(const sigset_t *mask, const twrun_opts_t *o, const char *keyhex)
+{
+    cpu_set_t usable;
+    pid_t self = getpid();
+
+    if (o->bind_core && sched_getaffinity(0, sizeof(usable), &usable) != 0) {
+        perror("twrun: sched_getaffinity");
+        return -1;
+    }
+    for (int r = 0; r < nranks; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("twrun: fork");
+            signal_all(SIGKILL);
+            return -1;
+        }
+        if (pid == 0) {
+            exec_rank(r, self, mask, o, &usable, keyhex);
+        }
+        ranks[r].pid = pid;
+        ranks[r].alive = true;
+    }
+    return 0;
+}
+
+/* The job's state while it runs. */
+typedef struct twrun_loop {
+    const twrun_opts_t *o;
+    int exit_code;           /* the first failure's */
+    struct timespec stop_at; /* SIGKILL the rest then (0: not stopping) */
+} twrun_loop_t;
+
+/* Reap the ranks that ended; the first that failed stops the others
+ * (SIGTERM, then SIGKILL a second later) unless --keep-going. */
+static void reap(twrun_loop_t *l)
+{
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid <= 0) {
+            return;
+        }
+        for (int r = 0; r < nranks; r++) {
+            if (ranks[r].pid != pid || !ranks[r].alive) {
+                continue;
+            }
+            ranks[r].alive = false;
+            ranks[r].status = st;
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+                break;
+            }
+            char how[96];
+            describe(r, st, how, sizeof(how));
+            fprintf(stderr, "twrun: rank %d (pid %d) %s\n", r, (int)pid, how);
+            if (l->exit_code == 0) {
+                l->exit_code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+            }
+            if (!l->o->keep_going && l->stop_at.tv_sec == 0 && alive_count() > 0) {
+                fprintf(stderr, "twrun: stopping the other %d rank(s)\n", alive_count());
+                signal_all(SIGTERM);
+                clock_gettime(CLOCK_MONOTONIC, &l->stop_at);
+                l->stop_at.tv_sec += 1;
+            }
+            break;
+        }
+    }
+}
+
+/* Serve the exchange and watch the ranks until every one ended. */
+static void run_job(twrun_loop_t *l, int sfd, int lfd)
+{
+    while (alive_count() > 0) {
+        struct pollfd pfd[2 + TWRUN_MAX_CONN];
+        int n = 0;
+        pfd[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (int i = 0; i < nconns; i++) {
+            pfd[n++] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
+        }
+        if (poll(pfd, (nfds_t)n, 200) < 0 && errno != EINTR) {
+            perror("twrun: poll");
+            return;
+        }
+        if (l->stop_at.tv_sec != 0) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec > l->stop_at.tv_sec ||
+                (now.tv_sec == l->stop_at.tv_sec && now.tv_nsec >= l->stop_at.tv_nsec)) {
+                signal_all(SIGKILL);
+            }
+        }
+        if (pfd[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si) && si.ssi_signo != SIGCHLD) {
+                signal_all((int)si.ssi_signo); /* forward */
+            }
+            reap(l);
+            fence_release(); /* a death may complete (and fail) a fence */
+        }
+        if (pfd[1].revents & POLLIN) {
+            accept_one(lfd);
+        }
+        for (int i = n - 3; i >= 0; i--) {
+            if (i < nconns && (pfd[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                serve(i) != 0) {
+                close_conn(i);
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    twrun_opts_t o = {0};
+    twrun_loop_t l = {.o = &o};
+    int lfd, sfd, rc = parse_args(argc, argv, &o);
+    char keyhex[33];
+    sigset_t mask;
+
+    if (rc >= 0) {
+        return rc;
+    }
+    lfd = job_setup(keyhex);
+    if (lfd < 0) {
         return 1;
     }
     sigemptyset(&mask);
@@ -369,130 +555,15 @@ int main(int argc, char **argv)
         perror("twrun: setup");
         return 1;
     }
-
-    if (bind_core && sched_getaffinity(0, sizeof(usable), &usable) != 0) {
-        perror("twrun: sched_getaffinity");
+    if (spawn_ranks(&mask, &o, keyhex) != 0) {
         return 1;
     }
-    pid_t self = getpid();
-    for (int r = 0; r < nranks; r++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            perror("twrun: fork");
-            signal_all(SIGKILL);
-            return 1;
-        }
-        if (pid == 0) {
-            char num[16];
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != self) {
-                _exit(127); /* twrun died before we armed the lifeline */
-            }
-            sigprocmask(SIG_UNBLOCK, &mask, NULL);
-            if (bind_core) {
-                /* The (r mod count)-th CPU twrun may use. */
-                int want = r % CPU_COUNT(&usable), seen = 0;
-                for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-                    if (CPU_ISSET(cpu, &usable) && seen++ == want) {
-                        cpu_set_t one;
-                        CPU_ZERO(&one);
-                        CPU_SET(cpu, &one);
-                        if (sched_setaffinity(0, sizeof(one), &one) != 0) {
-                            fprintf(stderr, "twrun: cannot bind rank %d to cpu %d: %s\n", r, cpu,
-                                    strerror(errno));
-                        }
-                        break;
-                    }
-                }
-            }
-            snprintf(num, sizeof(num), "%d", r);
-            setenv("TW_RANK", num, 1);
-            setenv("TW_LOCAL_RANK", num, 1);
-            snprintf(num, sizeof(num), "%d", nranks);
-            setenv("TW_SIZE", num, 1);
-            setenv("TW_LOCAL_SIZE", num, 1);
-            setenv("TW_JOB_KEY", keyhex, 1);
-            setenv("TW_BOOT_ADDR", sockpath, 1);
-            execvp(argv[optind], &argv[optind]);
-            fprintf(stderr, "twrun: cannot run %s: %s\n", argv[optind], strerror(errno));
-            _exit(127);
-        }
-        ranks[r].pid = pid;
-        ranks[r].alive = true;
-    }
-
-    while (alive_count() > 0) {
-        struct pollfd pfd[2 + TWRUN_MAX_CONN];
-        int n = 0;
-        pfd[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
-        pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
-        for (int i = 0; i < nconns; i++) {
-            pfd[n++] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
-        }
-        if (poll(pfd, (nfds_t)n, 200) < 0 && errno != EINTR) {
-            perror("twrun: poll");
-            break;
-        }
-        if (stop_at.tv_sec != 0) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            if (now.tv_sec > stop_at.tv_sec ||
-                (now.tv_sec == stop_at.tv_sec && now.tv_nsec >= stop_at.tv_nsec)) {
-                signal_all(SIGKILL);
-            }
-        }
-        if (pfd[0].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si) && si.ssi_signo != SIGCHLD) {
-                signal_all((int)si.ssi_signo); /* forward */
-            }
-            for (;;) {
-                int st;
-                pid_t pid = waitpid(-1, &st, WNOHANG);
-                if (pid <= 0) {
-                    break;
-                }
-                for (int r = 0; r < nranks; r++) {
-                    if (ranks[r].pid != pid || !ranks[r].alive) {
-                        continue;
-                    }
-                    ranks[r].alive = false;
-                    ranks[r].status = st;
-                    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-                        break;
-                    }
-                    char how[96];
-                    describe(r, st, how, sizeof(how));
-                    fprintf(stderr, "twrun: rank %d (pid %d) %s\n", r, (int)pid, how);
-                    if (exit_code == 0) {
-                        exit_code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
-                    }
-                    if (!keep_going && stop_at.tv_sec == 0 && alive_count() > 0) {
-                        fprintf(stderr, "twrun: stopping the other %d rank(s)\n", alive_count());
-                        signal_all(SIGTERM);
-                        clock_gettime(CLOCK_MONOTONIC, &stop_at);
-                        stop_at.tv_sec += 1;
-                    }
-                    break;
-                }
-            }
-            fence_release(); /* a death may complete (and fail) a fence */
-        }
-        if (pfd[1].revents & POLLIN) {
-            accept_one(lfd);
-        }
-        for (int i = n - 3; i >= 0; i--) {
-            if (i < nconns && (pfd[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) &&
-                serve(i) != 0) {
-                close_conn(i);
-            }
-        }
-    }
+    run_job(&l, sfd, lfd);
     for (int i = nconns - 1; i >= 0; i--) {
         close_conn(i);
     }
     close(lfd);
     free(ranks);
     sweep_segments(keyhex);
-    return exit_code;
+    return l.exit_code;
 }
