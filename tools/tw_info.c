@@ -6,6 +6,7 @@
  * every TW_* environment variable with its default and help, and a warning
  * for each TW_* variable set in the environment that nothing reads.
  *   tw_info [-v]      -v: also the help text of every variable
+ *   tw_info --markdown   only the variables, as README's Markdown table
  */
 #include <stdio.h>
 #include <string.h>
@@ -37,12 +38,22 @@ static void print_caps(uint32_t caps)
 int main(int argc, char **argv)
 {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
-    int npkg = tw_topo_num_packages();
+    const tw_cfg_table_t *tables[32];
+    size_t ntables = tw_cfg_all_tables(tables, TW_ARRAY_SIZE(tables));
+    int npkg;
 
-    if (argc > 1 && !verbose) {
-        fprintf(stderr, "usage: %s [-v]\n", argv[0]);
+    if (argc == 2 && strcmp(argv[1], "--markdown") == 0) {
+        printf("| variable | default | meaning |\n|---|---|---|\n");
+        for (size_t i = 0; i < ntables; i++) {
+            tw_cfg_print_markdown(tables[i], stdout);
+        }
+        return 0;
+    }
+    if (argc > 2 || (argc > 1 && !verbose)) {
+        fprintf(stderr, "usage: %s [-v | --markdown]\n", argv[0]);
         return 2;
     }
+    npkg = tw_topo_num_packages();
     printf("threadwire %s (%s build)\n", TW_VERSION_STRING, TW_BUILD_TYPE);
     printf("  memory: %s; crc32c: %s\n\n", tw_mem_backend(), tw_crc32c_impl());
 
@@ -72,8 +83,6 @@ int main(int argc, char **argv)
         tw_topo_package_cpus(p, cpus, sizeof(cpus));
         printf("  socket%d: cpus %s\n", p, cpus);
     }
-    const tw_cfg_table_t *tables[32];
-    size_t ntables = tw_cfg_all_tables(tables, TW_ARRAY_SIZE(tables));
     printf("\nenvironment variables:\n");
     for (size_t i = 0; i < ntables; i++) {
         const tw_cfg_table_t *t = tables[i];

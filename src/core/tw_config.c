@@ -509,6 +509,27 @@ void tw_cfg_print(const tw_cfg_table_t *table, FILE *out)
     }
 }
 
+void tw_cfg_print_markdown(const tw_cfg_table_t *table, FILE *out)
+{
+    for (size_t i = 0; i < table->count; i++) {
+        const tw_cfg_entry_t *e = &table->entries[i];
+        const char *help = e->help != NULL ? e->help : "";
+
+        if (e->defval != NULL && e->defval[0] != '\0') {
+            fprintf(out, "| `%s` | `%s` | ", e->name, e->defval);
+        } else {
+            fprintf(out, "| `%s` | (empty) | ", e->name);
+        }
+        for (const char *c = help; *c != '\0'; c++) {
+            if (*c == '|') {
+                fputc('\\', out); /* a table cell: escape the separator */
+            }
+            fputc(*c, out);
+        }
+        fputs(" |\n", out);
+    }
+}
+
 bool tw_cfg_list_has(const char *list, const char *name, int *arg_p)
 {
     char buf[TW_CFG_STRLEN];

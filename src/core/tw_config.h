@@ -78,6 +78,9 @@ int tw_cfg_warn_unknown(const tw_cfg_table_t *const *tables, size_t ntables);
 
 /** Print a table: name, type, default, current environment value, help. */
 void tw_cfg_print(const tw_cfg_table_t *table, FILE *out);
+/** Print a table's entries as Markdown table rows: | `NAME` | `default` |
+ * help | (README's variable table is made of these). */
+void tw_cfg_print_markdown(const tw_cfg_table_t *table, FILE *out);
 
 /** Is @p name in @p list, a comma (or space) separated list of names,
  * each optionally followed by ":argument" (TW_VERBS_DEVICES=mlx5_0:1)?
