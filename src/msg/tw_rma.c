@@ -8,12 +8,9 @@
  * random bits), records its bounds in a registry (a hash of ids under a
  * rwlock), and registers it with every transport that does RDMA itself
  * (verbs, when reliability is off): each hands back a transport key. The
- * packed remote key (tw_mr_pack) carries the owner's rank, id, key and
- * bounds, then one section per transport key, named by the transport:
- *
- *   u32 magic "TWRK", u8 version, u8 sections, u16 total length,
- *   i32 owner rank, u32 0, u64 id, u64 key, u64 base, u64 length,
- *   sections x { u8 name length, name, u8 key length, key bytes }
+ * packed remote key (tw_mr_pack; layout in tw_rma_proto.h) carries the
+ * owner's rank, id, key and bounds, then one section per transport key,
+ * named by the transport.
  *
  * Two ways to move the bytes, chosen per operation:
  *   - direct: the route to the peer is a transport with TW_TL_CAP_PUT /
@@ -22,7 +19,7 @@
  *     operation's: an RC write completes once the responder acknowledged
  *     it, so the bytes are in place;
  *   - emulated, over active messages of the messaging layer's am id
- *     TW_MSG_AM_RMA (wire format in tw_msg_proto.h) on any route, shm,
+ *     TW_MSG_AM_RMA (wire format in tw_rma_proto.h) on any route, shm,
  *     tcp, self or reliability's: the target's engine looks the region up,
  *     checks key and bounds, copies (or pulls a large put straight into
  *     the region by rendezvous; answers a large get with a zero-copy send
@@ -74,32 +71,14 @@
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "msg/tw_msg_proto.h"
+#include "msg/tw_rma_proto.h"
 #include "progress/tw_cq.h"
 
-#define TW_RKEY_MAGIC    0x4b525754u /* "TWRK" */
-#define TW_RKEY_VERSION  1
-#define TW_RMA_MAX_REG   2   /* transports that register memory */
-#define TW_RMA_BUCKETS   256 /* registry hash */
+#define TW_RMA_MAX_REG   TW_RMA_RKEY_SECT_MAX /* transports that register memory */
+#define TW_RMA_BUCKETS   256                  /* registry hash */
 #define TW_RMA_SLOTS_MAX (1u << 24)
 #define TW_MR_MAGIC      0x746d7231u
 #define TW_RMA_NONE      UINT32_MAX
-
-typedef struct tw_rkey_hdr {
-    uint32_t magic;
-    uint8_t version;
-    uint8_t nsect;
-    uint16_t len;
-    int32_t owner;
-    uint32_t reserved;
-    uint64_t id;
-    uint64_t key;
-    uint64_t base;
-    uint64_t size;
-} tw_rkey_hdr_t;
-
-_Static_assert(sizeof(tw_rkey_hdr_t) == 48, "packed key header is 48 bytes");
-_Static_assert(sizeof(tw_rkey_hdr_t) + TW_RMA_MAX_REG * (2 + 31 + TW_TL_KEY_MAX) <= TW_RKEY_MAX,
-               "every packed key fits TW_RKEY_MAX");
 
 typedef struct tw_rma_tlkey {
     tw_tl_iface_t *iface;
@@ -509,81 +488,43 @@ static void tw_rma_unpost(tw_rma_op_t *op)
 
 /* ---- remote keys -------------------------------------------------------- */
 
-typedef struct tw_rkey_view {
-    tw_rkey_hdr_t h;
-    const uint8_t *sect; /* the sections */
-    size_t sect_len;
-} tw_rkey_view_t;
-
-/* Check a packed key handed to tw_put / tw_get for @p peer and the
- * target range [@p raddr, + @p len). */
-static tw_status_t tw_rkey_check(const char *fn, const void *rkey, int peer, uint64_t raddr,
-                                 size_t len, tw_rkey_view_t *v)
+/* Unpack the remote key handed to @p fn (tw_put / tw_get) into @p k and
+ * check it is of @p peer's memory and covers [@p raddr, + @p len). */
+static tw_status_t tw_rma_rkey_check(const char *fn, const void *rkey, int peer, uint64_t raddr,
+                                     size_t len, tw_rma_rkey_t *k)
 {
-    const uint8_t *s;
-    size_t off = 0;
+    const char *why = NULL;
 
     if (rkey == NULL) {
         tw_error("rma", "%s: NULL remote key", fn);
         return TW_ERR_INVALID;
     }
-    memcpy(&v->h, rkey, sizeof(v->h));
-    if (v->h.magic != TW_RKEY_MAGIC || v->h.version != TW_RKEY_VERSION || v->h.len < sizeof(v->h) ||
-        v->h.len > TW_RKEY_MAX || v->h.nsect > TW_RMA_MAX_REG) {
-        tw_error("rma", "%s: not a remote key packed by tw_mr_pack", fn);
+    /* tw_put and tw_get take no key length: a key is at most TW_RKEY_MAX
+     * bytes, and its own length says how many of them are its. */
+    if (tw_rma_rkey_parse(rkey, TW_RKEY_MAX, k, &why) != TW_OK) {
+        tw_error("rma", "%s: not a remote key packed by tw_mr_pack: %s", fn, why);
         return TW_ERR_INVALID;
     }
-    if (v->h.owner != peer) {
+    if (k->h.owner != peer) {
         tw_error("rma", "%s: the remote key is of rank %d's memory, not of rank %d's", fn,
-                 v->h.owner, peer);
+                 k->h.owner, peer);
         return TW_ERR_INVALID;
     }
-    if (raddr < v->h.base || len > v->h.size || raddr - v->h.base > v->h.size - len) {
+    if (raddr < k->h.base || len > k->h.size || raddr - k->h.base > k->h.size - len) {
         tw_error("rma",
                  "%s: %zu bytes at 0x%llx are not inside rank %d's region "
                  "[0x%llx, +%llu)",
-                 fn, len, (unsigned long long)raddr, peer, (unsigned long long)v->h.base,
-                 (unsigned long long)v->h.size);
-        return TW_ERR_INVALID;
-    }
-    v->sect = (const uint8_t *)rkey + sizeof(v->h);
-    v->sect_len = v->h.len - sizeof(v->h);
-    s = v->sect;
-    for (unsigned k = 0; k < v->h.nsect; k++) {
-        if (off + 1 > v->sect_len || off + 2 + s[off] > v->sect_len ||
-            off + 2 + s[off] + s[off + 1 + s[off]] > v->sect_len) {
-            tw_error("rma", "%s: the remote key is damaged", fn);
-            return TW_ERR_INVALID;
-        }
-        off += 2 + s[off] + s[off + 1 + s[off]];
-    }
-    if (off != v->sect_len) {
-        tw_error("rma", "%s: the remote key is damaged", fn);
+                 fn, len, (unsigned long long)raddr, peer, (unsigned long long)k->h.base,
+                 (unsigned long long)k->h.size);
         return TW_ERR_INVALID;
     }
     return TW_OK;
 }
 
-/* The key section of transport @p name, or NULL. */
-static const uint8_t *tw_rkey_section(const tw_rkey_view_t *v, const char *name)
-{
-    size_t nlen = strlen(name), off = 0;
-
-    for (unsigned k = 0; k < v->h.nsect; k++) {
-        const uint8_t *s = v->sect + off;
-        if (s[0] == nlen && memcmp(s + 1, name, nlen) == 0) {
-            return s + 2 + nlen;
-        }
-        off += 2 + s[0] + s[1 + s[0]];
-    }
-    return NULL;
-}
-
 tw_status_t tw_rma_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
 {
-    tw_rkey_hdr_t h;
-    size_t need = sizeof(h);
-    uint8_t *out = rkey;
+    tw_rma_rkey_t k;
+    size_t need;
 
     if (mr == NULL || mr->magic != TW_MR_MAGIC || rkey_len == NULL) {
         tw_error("rma", "tw_mr_pack: %s", rkey_len == NULL ? "NULL rkey_len" : "not a region");
@@ -593,9 +534,20 @@ tw_status_t tw_rma_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
         tw_error("rma", "tw_mr_pack: the region was released when its context finalized");
         return TW_ERR_INVALID;
     }
-    for (unsigned k = 0; k < mr->ntl; k++) {
-        need += 2 + strlen(mr->tl[k].iface->ops->name) + mr->tl[k].len;
+    k = (tw_rma_rkey_t){.h = {.nsect = (uint8_t)mr->ntl,
+                              .owner = mr->rma->rank,
+                              .id = mr->id,
+                              .key = mr->key,
+                              .base = mr->base,
+                              .size = mr->len}};
+    for (unsigned i = 0; i < mr->ntl; i++) {
+        const char *name = mr->tl[i].iface->ops->name;
+        k.sect[i] = (tw_rma_rkey_sect_t){.name = name,
+                                         .key = mr->tl[i].bytes,
+                                         .name_len = (uint8_t)strlen(name),
+                                         .key_len = mr->tl[i].len};
     }
+    need = tw_rma_rkey_size(&k);
     if (rkey == NULL) {
         *rkey_len = need;
         return TW_OK;
@@ -604,27 +556,7 @@ tw_status_t tw_rma_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
         *rkey_len = need;
         return TW_ERR_TRUNCATED;
     }
-    h = (tw_rkey_hdr_t){.magic = TW_RKEY_MAGIC,
-                        .version = TW_RKEY_VERSION,
-                        .nsect = (uint8_t)mr->ntl,
-                        .len = (uint16_t)need,
-                        .owner = mr->rma->rank,
-                        .id = mr->id,
-                        .key = mr->key,
-                        .base = mr->base,
-                        .size = mr->len};
-    memcpy(out, &h, sizeof(h));
-    out += sizeof(h);
-    for (unsigned k = 0; k < mr->ntl; k++) {
-        const char *name = mr->tl[k].iface->ops->name;
-        size_t nlen = strlen(name);
-        *out++ = (uint8_t)nlen;
-        memcpy(out, name, nlen);
-        out += nlen;
-        *out++ = mr->tl[k].len;
-        memcpy(out, mr->tl[k].bytes, mr->tl[k].len);
-        out += mr->tl[k].len;
-    }
+    tw_rma_rkey_pack(&k, rkey);
     *rkey_len = need;
     return TW_OK;
 }
@@ -633,7 +565,7 @@ tw_status_t tw_rma_mr_pack(const tw_mr_t *mr, void *rkey, size_t *rkey_len)
 
 tw_status_t tw_rma_add_registrar(tw_rma_t *rma, tw_tl_iface_t *iface)
 {
-    if (rma->nreg == TW_RMA_MAX_REG || strlen(iface->ops->name) > 31) {
+    if (rma->nreg == TW_RMA_MAX_REG || strlen(iface->ops->name) > TW_RMA_RKEY_NAME_MAX) {
         return TW_ERR_INVALID;
     }
     rma->reg[rma->nreg++] = iface;
@@ -830,7 +762,7 @@ static void tw_rma_send_failed(tw_rma_t *rma, int src, const tw_rma_hdr_t *h, tw
 
 static void tw_rma_ack(tw_rma_t *rma, int src, uint64_t cookie, tw_status_t st)
 {
-    tw_rma_hdr_t a = {.version = TW_MSG_PROTO_VERSION,
+    tw_rma_hdr_t a = {.version = TW_RMA_HDR_VERSION,
                       .type = TW_RMA_PUT_ACK,
                       .status = (int16_t)st,
                       .cookie = cookie};
@@ -876,7 +808,7 @@ static void tw_rma_xfer_done(tw_tl_comp_t *comp, tw_status_t st)
 static void tw_rma_serve_get(tw_rma_t *rma, int src, const tw_rma_hdr_t *h)
 {
     tw_tl_iface_t *iface = rma->route[src];
-    tw_rma_hdr_t r = {.version = TW_MSG_PROTO_VERSION, .type = TW_RMA_GET_REP, .cookie = h->cookie};
+    tw_rma_hdr_t r = {.version = TW_RMA_HDR_VERSION, .type = TW_RMA_GET_REP, .cookie = h->cookie};
     const void *addr = (const void *)(uintptr_t)h->addr;
     tw_rma_xfer_t *x = NULL;
     tw_status_t st, sst;
@@ -964,18 +896,10 @@ int tw_rma_progress(void *arg)
 /* Check an RMA header; false (counted, logged) if it is not one. */
 static bool tw_rma_parse(tw_rma_t *rma, int src, const void *hdr, size_t hdr_len, tw_rma_hdr_t *h)
 {
-    if (hdr_len != sizeof(*h)) {
-        tw_rma_drop(rma, src, "bad header length");
-        return false;
-    }
-    memcpy(h, hdr, sizeof(*h));
-    if (h->version != TW_MSG_PROTO_VERSION || h->type < TW_RMA_PUT_REQ ||
-        h->type > TW_RMA_GET_REP) {
-        tw_rma_drop(rma, src, "unknown version or type");
-        return false;
-    }
-    if (h->status > 0 || h->status < TW_ERR_BOOTSTRAP) {
-        tw_rma_drop(rma, src, "unknown status");
+    const char *why = NULL;
+
+    if (tw_rma_hdr_parse(hdr, hdr_len, h, &why) != TW_OK) {
+        tw_rma_drop(rma, src, why);
         return false;
     }
     return true;
@@ -1256,14 +1180,14 @@ static tw_status_t tw_rma_emulate(tw_rma_t *rma, tw_rma_op_t *op, tw_rma_hdr_t *
 
 /* Post @p op, direct if the route can and the key allows, else emulated.
  * On failure the caller undoes the post. */
-static tw_status_t tw_rma_post(tw_rma_t *rma, tw_rma_op_t *op, const tw_rkey_view_t *k,
+static tw_status_t tw_rma_post(tw_rma_t *rma, tw_rma_op_t *op, const tw_rma_rkey_t *k,
                                uint64_t raddr, const void *src)
 {
     tw_tl_iface_t *iface = rma->route[op->peer];
     uint32_t cap = op->op == TW_OP_PUT ? TW_TL_CAP_PUT : TW_TL_CAP_GET;
     const uint8_t *tlkey =
-        (iface->ops->caps & cap) != 0 ? tw_rkey_section(k, iface->ops->name) : NULL;
-    tw_rma_hdr_t h = {.version = TW_MSG_PROTO_VERSION,
+        (iface->ops->caps & cap) != 0 ? tw_rma_rkey_find(k, iface->ops->name) : NULL;
+    tw_rma_hdr_t h = {.version = TW_RMA_HDR_VERSION,
                       .type = op->op == TW_OP_PUT ? TW_RMA_PUT_REQ : TW_RMA_GET_REQ,
                       .region = k->h.id,
                       .key = k->h.key,
@@ -1298,11 +1222,11 @@ static tw_status_t tw_rma_start(tw_rma_t *rma, int peer, tw_op_t kind, const voi
                                 void *user)
 {
     const char *fn = kind == TW_OP_PUT ? "tw_put" : "tw_get";
-    tw_rkey_view_t k;
+    tw_rma_rkey_t k;
     tw_rma_op_t *op;
     tw_status_t st;
 
-    st = tw_rkey_check(fn, rkey, peer, raddr, len, &k);
+    st = tw_rma_rkey_check(fn, rkey, peer, raddr, len, &k);
     if (st != TW_OK) {
         return st;
     }
