@@ -243,15 +243,25 @@ static bool tw_rma_is_down(const tw_rma_t *rma, int peer)
     return atomic_load_explicit(&rma->down[peer], memory_order_seq_cst) != 0;
 }
 
-/* A bad or stale arrival: count it; log the first few, then every 1000th. */
+/** Count one more of a kind of trouble in @p counter. Returns how many so
+ * far when this one is to be logged -- the first 16, then every 1000th,
+ * so a broken or hostile peer cannot flood the log -- else 0. */
+static inline uint64_t tw_rma_log_due(atomic_uint_fast64_t *counter)
+{
+    uint64_t n = atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+
+    return n < 16 || n % 1000 == 0 ? n + 1 : 0;
+}
+
+/* A bad or stale arrival: count it, and log it (rate-limited). */
 static void tw_rma_drop(tw_rma_t *rma, int src, const char *why)
 {
-    uint64_t n = atomic_fetch_add_explicit(&rma->drop_logged, 1, memory_order_relaxed);
+    uint64_t n = tw_rma_log_due(&rma->drop_logged);
 
     tw_stats_inc(rma->stats, TW_RMA_STAT_DROPPED);
-    if (n < 16 || n % 1000 == 0) {
+    if (n != 0) {
         tw_warn("rma", "dropped a one-sided message from rank %d: %s (%llu so far)", src, why,
-                (unsigned long long)n + 1);
+                (unsigned long long)n);
     }
 }
 
@@ -464,12 +474,12 @@ static void tw_rma_comp_cb(tw_tl_comp_t *comp, tw_status_t st)
  * say so here too, then fail it with the target's status. */
 static void tw_rma_refused(tw_rma_t *rma, int src, tw_rma_op_t *op, tw_status_t st)
 {
-    uint64_t n = atomic_fetch_add_explicit(&rma->failed_logged, 1, memory_order_relaxed);
+    uint64_t n = tw_rma_log_due(&rma->failed_logged);
 
-    if (n < 16 || n % 1000 == 0) {
+    if (n != 0) {
         tw_warn("rma", "rank %d refused a %s of %zu bytes: %s (%llu so far)", src,
                 op->op == TW_OP_PUT ? "put" : "get", op->len, tw_strerror(st),
-                (unsigned long long)n + 1);
+                (unsigned long long)n);
     }
     tw_rma_event(op, st);
 }
@@ -710,12 +720,12 @@ static tw_status_t tw_rma_lookup(tw_rma_t *rma, int src, const tw_rma_hdr_t *h, 
         why = "out of the region's bounds";
     }
     if (why != NULL) {
-        uint64_t n = atomic_fetch_add_explicit(&rma->refused_logged, 1, memory_order_relaxed);
+        uint64_t n = tw_rma_log_due(&rma->refused_logged);
         tw_stats_inc(rma->stats, TW_RMA_STAT_REFUSED);
-        if (n < 16 || n % 1000 == 0) {
+        if (n != 0) {
             tw_warn("rma", "refused rank %d's %s of %llu bytes at 0x%llx: %s (%llu so far)", src,
                     h->type == TW_RMA_PUT_REQ ? "put" : "get", (unsigned long long)h->len,
-                    (unsigned long long)h->addr, why, (unsigned long long)n + 1);
+                    (unsigned long long)h->addr, why, (unsigned long long)n);
         }
         return TW_ERR_INVALID;
     }
