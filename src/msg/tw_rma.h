@@ -3,8 +3,8 @@
 /*
  * One-sided operations (tw_put, tw_get, tw_flush) and the registry of
  * memory regions they address. Part of the messaging layer: it shares its
- * routes and its record of failed peers. The design is described at the
- * top of tw_rma.c.
+ * routes and its record of failed peers. src/msg/README.md has the
+ * overview, tw_rma_int.h the internals, tw_rma_proto.h the wire formats.
  */
 #ifndef TW_RMA_H
 #define TW_RMA_H
