@@ -90,11 +90,15 @@ tw_status_t tw_rma_rkey_parse(const void *buf, size_t len, tw_rma_rkey_t *k, con
         return tw_rma_bad(why, "shorter than a key header", TW_ERR_TRUNCATED);
     }
     memcpy(&v.h, buf, sizeof(v.h));
+    memset(v.sect, 0, sizeof(v.sect)); /* those past h.nsect stay so */
     if (v.h.magic != TW_RMA_RKEY_MAGIC) {
         return tw_rma_bad(why, "no key magic", TW_ERR_PROTOCOL);
     }
     if (v.h.version != TW_RMA_RKEY_VERSION) {
         return tw_rma_bad(why, "unknown key version", TW_ERR_PROTOCOL);
+    }
+    if (v.h.reserved != 0) {
+        return tw_rma_bad(why, "reserved bytes not zero", TW_ERR_PROTOCOL);
     }
     if (v.h.len < sizeof(v.h) || v.h.len > TW_RKEY_MAX) {
         return tw_rma_bad(why, "key length out of range", TW_ERR_PROTOCOL);

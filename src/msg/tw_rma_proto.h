@@ -16,8 +16,8 @@
  *
  * One section per transport that registered the region (tw_rma_mem.c),
  * named by the transport's ops name; its bytes are that transport's own
- * key, opaque here. A key longer than its sections, or sections running
- * past its length, is refused.
+ * key, opaque here. A key longer than its sections, sections running
+ * past its length, or a reserved word other than 0 is refused.
  *
  * RMA active messages (transport am id TW_MSG_AM_RMA, tw_msg_proto.h):
  * the transport header is one tw_rma_hdr_t, exactly.
@@ -104,11 +104,11 @@ void tw_rma_rkey_pack(const tw_rma_rkey_t *k, void *out);
 /** Unpack a remote key from the @p len bytes at @p buf (bytes past the
  * key's own length are not looked at). Every length is checked against
  * the bytes given before it is followed; on success @p k's sections point
- * into @p buf. @p k is written only on success; @p why (may be NULL)
- * names the failure.
+ * into @p buf (those past h.nsect are zeroed). @p k is written only on success; @p why (may be
+ * NULL) names the failure.
  * @return TW_OK; TW_ERR_TRUNCATED (fewer bytes than the header, or than
  *   the length it claims); TW_ERR_PROTOCOL (not a key of this format and
- *   version: magic, version, lengths, sections). */
+ *   version: magic, version, reserved word, lengths, sections). */
 tw_status_t tw_rma_rkey_parse(const void *buf, size_t len, tw_rma_rkey_t *k, const char **why);
 
 /** The key bytes of the section named @p name (the first such), or

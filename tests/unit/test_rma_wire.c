@@ -6,9 +6,10 @@
  * from the layout the header documents, not with the packer, so the test
  * is an independent reading of the format; then the packer must write the
  * same bytes. Cases: good keys (no, one, two sections, trailing bytes
- * after the key), truncated ones, a wrong magic or version, lengths that
- * lie (the header's, a section's name or key), transport keys at and past
- * TW_TL_KEY_MAX; headers of every type and status, and each rejection.
+ * after the key), truncated ones, a wrong magic, version or reserved
+ * word, lengths that lie (the header's, a section's name or key),
+ * transport keys at and past TW_TL_KEY_MAX; headers of every type and
+ * status, and each rejection.
  * A rejected input leaves the output untouched and says why.
  */
 #include <string.h>
@@ -118,6 +119,9 @@ static void good(const uint8_t *b, size_t n, size_t key_len, unsigned nsect, uin
         TWT_CHECK(k.sect[1].key_len == 4 && k.sect[1].key[0] == 0xb0);
         TWT_CHECK(tw_rma_rkey_find(&k, "shm") == k.sect[1].key);
     }
+    for (unsigned i = nsect; i < TW_RMA_RKEY_SECT_MAX; i++) {
+        TWT_CHECK(k.sect[i].name == NULL && k.sect[i].key == NULL && k.sect[i].key_len == 0);
+    }
     TWT_CHECK(tw_rma_rkey_find(&k, "verb") == NULL);
     TWT_CHECK(tw_rma_rkey_find(&k, "tcp") == NULL);
     TWT_EQ(tw_rma_rkey_size(&k), key_len);
@@ -162,6 +166,9 @@ static void test_rkey(void)
         b[4] = versions[i];
         refused(b, n, TW_ERR_PROTOCOL);
     }
+    n = build(b, 1, 8);
+    b[15] = 1; /* the reserved word */
+    refused(b, n, TW_ERR_PROTOCOL);
 
     /* The header's length lies: below the header, past TW_RKEY_MAX,
      * cutting into a section, leaving bytes after the last one. */
