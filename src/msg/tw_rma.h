@@ -3,8 +3,8 @@
 /*
  * One-sided operations (tw_put, tw_get, tw_flush) and the registry of
  * memory regions they address. Part of the messaging layer: it shares its
- * routes and its record of failed peers. The design is described at the
- * top of tw_rma.c.
+ * routes and its record of failed peers. src/msg/README.md has the
+ * overview, tw_rma_int.h the internals, tw_rma_proto.h the wire formats.
  */
 #ifndef TW_RMA_H
 #define TW_RMA_H
@@ -55,7 +55,7 @@ tw_stats_t *tw_rma_stats(tw_rma_t *rma);
  * into or out of the region finish (before traffic). */
 void tw_rma_set_progress(tw_rma_t *rma, int (*fn)(void *), void *arg);
 
-/** Register every later region with @p iface too (its ops->mem_reg: a
+/** Register every later region with @p iface too (its mem_reg slot: a
  * transport that does RDMA itself), so packed keys carry its key (before
  * traffic; at most a few). Thread: the caller of tw_init. */
 tw_status_t tw_rma_add_registrar(tw_rma_t *rma, tw_tl_iface_t *iface);

@@ -10,9 +10,10 @@
  * back by an unacknowledged put; forged, stale and duplicated replies;
  * malformed headers; requests with a wrong key, out of bounds, or for a
  * region deregistered; replies the transport refused, sent again by the
- * progress function; a deregistration waiting for a zero-copy reply
- * still reading the region; a peer failing with operations waiting;
- * regions released at finalize. Each checks the completions and the counters.
+ * progress function; damaged keys refused at the origin; a
+ * deregistration waiting for a zero-copy reply still reading the region;
+ * a peer failing with operations waiting; regions released at finalize.
+ * Each checks the completions and the counters.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "core/tw_mem.h"
 #include "msg/tw_msg_proto.h"
 #include "msg/tw_rma.h"
+#include "msg/tw_rma_proto.h"
 #include "progress/tw_cq.h"
 #include "tw_test.h"
 
@@ -273,7 +275,7 @@ int main(void)
 
     /* Forged, duplicated and malformed replies are dropped. */
     uint64_t dropped = stat(0, TW_RMA_STAT_DROPPED);
-    tw_rma_hdr_t h = {.version = TW_MSG_PROTO_VERSION, .type = TW_RMA_PUT_ACK, .cookie = 12345};
+    tw_rma_hdr_t h = {.version = TW_RMA_HDR_VERSION, .type = TW_RMA_PUT_ACK, .cookie = 12345};
     inject(1, 0, &h, NULL, 0);
     h.cookie = (uint64_t)1 << 32; /* slot 0, a generation it does not have */
     inject(1, 0, &h, NULL, 0);
@@ -303,7 +305,7 @@ int main(void)
     /* A get's reply of the wrong length fails the get (TW_ERR_PROTOCOL). */
     TWT_EQ(tw_rma_get(rma[0], 1, dst, 16, base, key, cq, NULL), TW_OK);
     fr = pop();
-    tw_rma_hdr_t rep = {.version = TW_MSG_PROTO_VERSION,
+    tw_rma_hdr_t rep = {.version = TW_RMA_HDR_VERSION,
                         .type = TW_RMA_GET_REP,
                         .cookie = ((const tw_rma_hdr_t *)fr->bytes)->cookie,
                         .len = 15};
@@ -317,14 +319,14 @@ int main(void)
      * length not matching the payload. The window is not touched. */
     memset(win, 0x5a, sizeof(win));
     uint64_t refused = stat(1, TW_RMA_STAT_REFUSED);
-    tw_rma_hdr_t rq = {.version = TW_MSG_PROTO_VERSION,
+    tw_rma_hdr_t rq = {.version = TW_RMA_HDR_VERSION,
                        .type = TW_RMA_PUT_REQ,
                        .cookie = 1,
                        .region = 1,
                        .addr = base,
                        .len = 8};
-    memcpy(&rq.key, key + 24, 8); /* the real key (packed after magic .. id) ... */
-    rq.key ^= 1;                  /* ... but one bit off */
+    memcpy(&rq.key, key + offsetof(tw_rma_rkey_hdr_t, key), 8); /* the real key ... */
+    rq.key ^= 1;                                                /* ... but one bit off */
     inject(0, 1, &rq, src, 8);
     rq.key ^= 1;
     rq.addr = base + sizeof(win) - 4;
@@ -384,6 +386,23 @@ int main(void)
     TWT_EQ(tw_rma_put(rma[0], 0, src, 8, base, key, cq, NULL), TW_ERR_INVALID);
     key2[0] ^= 1;
     TWT_EQ(tw_rma_get(rma[0], 1, dst, 8, base, key2, cq, NULL), TW_ERR_INVALID);
+    /* A key whose section carries a transport key longer than any. */
+    tw_rma_rkey_hdr_t kh;
+    memcpy(key2, key, sizeof(kh));
+    memcpy(&kh, key2, sizeof(kh));
+    TWT_EQ(kh.nsect, 0); /* the fake transport registers nothing */
+    key2[sizeof(kh)] = 4;
+    memcpy(key2 + sizeof(kh) + 1, "fake", 4);
+    key2[sizeof(kh) + 5] = TW_TL_KEY_MAX + 1;
+    memset(key2 + sizeof(kh) + 6, 0, TW_TL_KEY_MAX + 1);
+    kh.nsect = 1;
+    kh.len = (uint16_t)(sizeof(kh) + 6 + TW_TL_KEY_MAX + 1);
+    memcpy(key2, &kh, sizeof(kh));
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 8, base, key2, cq, NULL), TW_ERR_INVALID);
+    kh.nsect = 0;
+    kh.len = sizeof(kh) + 1; /* a length past its (no) sections */
+    memcpy(key2, &kh, sizeof(kh));
+    TWT_EQ(tw_rma_put(rma[0], 1, src, 8, base, key2, cq, NULL), TW_ERR_INVALID);
     TWT_EQ(poll_one(cq, &c), 0);
 
     /* Deregistration waits for a zero-copy reply still reading the
