@@ -2,7 +2,7 @@
 # Copyright (c) 2026 The threadwire authors
 #
 # src/core unit tests.
-foreach(t atomic crc32c config log mem stats)
+foreach(t atomic crc32c config log mem stats lock)
   tw_add_test(NAME core_${t} SOURCES test_core_${t}.c LABELS unit INTERNAL TIMEOUT 60)
 endforeach()
 
