@@ -17,7 +17,7 @@
  * (EV_WRITE finishes a partial one), and no frame is written before the
  * connection is CONNECTED, so when both ranks connect at once the one
  * initiated by the lower rank wins and the other is closed without loss
- * or error (tw_tcp_on_hs). A connection that fails the handshake (bad
+ * or error (tw_tcp_on_hello). A connection that fails the handshake (bad
  * magic, version, proof, wrong lane, or silence past its deadline: 2 s,
  * TW_TCP_TIMEOUT with a rank without progress threads) is closed, counted
  * (tl stat "refused") and logged; when it was our connect to a rank of
@@ -205,7 +205,7 @@ static bool tw_tcp_send_hs(tw_tcp_conn_t *c, uint8_t type, uint64_t proof)
 }
 
 /* A connection finished its handshake: it is the peer's from now on. The
- * rules at HELLO time (tw_tcp_on_hs) leave at most one handshake per
+ * rules at HELLO time (tw_tcp_on_hello) leave at most one handshake per
  * peer, so there is nothing to choose here. */
 static void tw_tcp_established(tw_tcp_conn_t *c)
 {
@@ -227,20 +227,98 @@ static void tw_tcp_established(tw_tcp_conn_t *c)
 enum { TW_TCP_HS_BAD, TW_TCP_HS_OK, TW_TCP_HS_DROP };
 
 /*
- * A handshake message arrived on @p c. Simultaneous connects are settled
- * when the HELLO comes in, before either side can send data: a rank that
- * has its own connect in progress to the same peer keeps the one started
- * by the lower rank and closes the other (the loser's initiator sees EOF
- * during its handshake and knows it lost: it is the higher rank). A rank
- * that accepted a connect does not start its own. So no data ever goes on
- * a connection that is later closed.
- * Returns OK, BAD (refused: count and close), DROP (lost the rule: close
- * quietly).
+ * HELLO on an accepted connection. Simultaneous connects are settled
+ * here, before either side can send data: a rank that has its own
+ * connect in progress to the same peer keeps the one started by the
+ * lower rank and closes the other (the loser's initiator sees EOF during
+ * its handshake and knows it lost: it is the higher rank). A rank that
+ * accepted a connect does not start its own. So no data ever goes on a
+ * connection that is later closed.
  */
-static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
+static int tw_tcp_on_hello(tw_tcp_conn_t *c, const tw_tcp_hs_t *hs)
 {
     tw_tcp_lane_t *lane = c->lane;
     tw_tcp_iface_t *tcp = lane->tcp;
+    tw_tcp_ep_t *ep = &tcp->eps[hs->rank];
+
+    if ((int)hs->rank % tcp->nlanes != lane->index) {
+        tw_warn("tcp", "handshake refused: rank %u dialed lane %d, not %d", hs->rank, lane->index,
+                (int)hs->rank % tcp->nlanes);
+        return TW_TCP_HS_BAD;
+    }
+    if (ep->conn != NULL && (int)hs->rank > tcp->super.rank) {
+        /* The loser of a simultaneous connect tried again before our
+         * connection reached it: it drops this one as it did the
+         * first (EOF during its handshake), quietly on both sides. */
+        return TW_TCP_HS_DROP;
+    }
+    if (ep->failed || ep->conn != NULL || ep->accepting != NULL) {
+        tw_warn("tcp", "handshake refused: rank %u is %s", hs->rank,
+                ep->failed ? "failed" : "connected already");
+        return TW_TCP_HS_BAD;
+    }
+    if (ep->pending != NULL) {
+        if ((int)hs->rank > tcp->super.rank) {
+            return TW_TCP_HS_DROP; /* ours wins: it was started by the lower rank */
+        }
+        tw_debug("tcp", "rank %u and we connected at once: its connection wins", hs->rank);
+        tw_tcp_conn_close(ep->pending); /* quietly: the peer drops it as the loser */
+    }
+    c->peer = (int)hs->rank;
+    c->hs_deadline = tw_time_ns() + ep->hs_ns; /* now we know whose it is */
+    ep->accepting = c;
+    memcpy(c->peer_nonce, hs->nonce, 16);
+    c->state = TW_TCP_WELCOMED;
+    if (!tw_tcp_send_hs(c, TW_TCP_HS_WELCOME,
+                        tw_tcp_hs_proof(tcp->key, 'A', c->peer_nonce, c->nonce,
+                                        (uint32_t)tcp->super.rank, hs->rank))) {
+        return TW_TCP_HS_DROP; /* the client went away */
+    }
+    return TW_TCP_HS_OK;
+}
+
+/* WELCOME on our connect: check the acceptor's proof, then prove ours. */
+static int tw_tcp_on_welcome(tw_tcp_conn_t *c, const tw_tcp_hs_t *hs)
+{
+    tw_tcp_iface_t *tcp = c->lane->tcp;
+
+    if ((int)hs->rank != c->peer ||
+        hs->proof != tw_tcp_hs_proof(tcp->key, 'A', c->nonce, hs->nonce, hs->rank,
+                                     (uint32_t)tcp->super.rank)) {
+        tw_warn("tcp", "handshake refused: rank %d did not prove the job key", c->peer);
+        return TW_TCP_HS_BAD;
+    }
+    memcpy(c->peer_nonce, hs->nonce, 16);
+    if (!tw_tcp_send_hs(c, TW_TCP_HS_PROVE,
+                        tw_tcp_hs_proof(tcp->key, 'C', c->peer_nonce, c->nonce, hs->rank,
+                                        (uint32_t)tcp->super.rank))) {
+        return TW_TCP_HS_BAD;
+    }
+    tw_tcp_established(c); /* frames follow the PROVE's last byte */
+    return TW_TCP_HS_OK;
+}
+
+/* PROVE on an accepted connection: check the connector's proof. */
+static int tw_tcp_on_prove(tw_tcp_conn_t *c, const tw_tcp_hs_t *hs)
+{
+    tw_tcp_iface_t *tcp = c->lane->tcp;
+
+    if ((int)hs->rank != c->peer || memcmp(hs->nonce, c->peer_nonce, 16) != 0 ||
+        hs->proof != tw_tcp_hs_proof(tcp->key, 'C', c->nonce, c->peer_nonce,
+                                     (uint32_t)tcp->super.rank, hs->rank)) {
+        tw_warn("tcp", "handshake refused: a client claiming rank %u did not prove the key",
+                hs->rank);
+        return TW_TCP_HS_BAD;
+    }
+    tw_tcp_established(c);
+    return TW_TCP_HS_OK;
+}
+
+/* A handshake message arrived on @p c. Returns OK, BAD (refused: count
+ * and close), DROP (lost the simultaneous-connect rule: close quietly). */
+static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
+{
+    tw_tcp_iface_t *tcp = c->lane->tcp;
     tw_tcp_hs_t hs;
     const char *why = "?";
     uint8_t want = c->state == TW_TCP_ACCEPTED      ? TW_TCP_HS_HELLO
@@ -256,68 +334,12 @@ static int tw_tcp_on_hs(tw_tcp_conn_t *c, const uint8_t *buf)
         return TW_TCP_HS_BAD;
     }
     switch (c->state) {
-    case TW_TCP_ACCEPTED: { /* HELLO */
-        tw_tcp_ep_t *ep = &tcp->eps[hs.rank];
-        if ((int)hs.rank % tcp->nlanes != lane->index) {
-            tw_warn("tcp", "handshake refused: rank %u dialed lane %d, not %d", hs.rank,
-                    lane->index, (int)hs.rank % tcp->nlanes);
-            return TW_TCP_HS_BAD;
-        }
-        if (ep->conn != NULL && (int)hs.rank > tcp->super.rank) {
-            /* The loser of a simultaneous connect tried again before our
-             * connection reached it: it drops this one as it did the
-             * first (EOF during its handshake), quietly on both sides. */
-            return TW_TCP_HS_DROP;
-        }
-        if (ep->failed || ep->conn != NULL || ep->accepting != NULL) {
-            tw_warn("tcp", "handshake refused: rank %u is %s", hs.rank,
-                    ep->failed ? "failed" : "connected already");
-            return TW_TCP_HS_BAD;
-        }
-        if (ep->pending != NULL) {
-            if ((int)hs.rank > tcp->super.rank) {
-                return TW_TCP_HS_DROP; /* ours wins: it was started by the lower rank */
-            }
-            tw_debug("tcp", "rank %u and we connected at once: its connection wins", hs.rank);
-            tw_tcp_conn_close(ep->pending); /* quietly: the peer drops it as the loser */
-        }
-        c->peer = (int)hs.rank;
-        c->hs_deadline = tw_time_ns() + ep->hs_ns; /* now we know whose it is */
-        ep->accepting = c;
-        memcpy(c->peer_nonce, hs.nonce, 16);
-        c->state = TW_TCP_WELCOMED;
-        if (!tw_tcp_send_hs(c, TW_TCP_HS_WELCOME,
-                            tw_tcp_hs_proof(tcp->key, 'A', c->peer_nonce, c->nonce,
-                                            (uint32_t)tcp->super.rank, hs.rank))) {
-            return TW_TCP_HS_DROP; /* the client went away */
-        }
-        return TW_TCP_HS_OK;
-    }
-    case TW_TCP_CONNECT_ACK: /* WELCOME: check the acceptor's proof */
-        if ((int)hs.rank != c->peer ||
-            hs.proof != tw_tcp_hs_proof(tcp->key, 'A', c->nonce, hs.nonce, hs.rank,
-                                        (uint32_t)tcp->super.rank)) {
-            tw_warn("tcp", "handshake refused: rank %d did not prove the job key", c->peer);
-            return TW_TCP_HS_BAD;
-        }
-        memcpy(c->peer_nonce, hs.nonce, 16);
-        if (!tw_tcp_send_hs(c, TW_TCP_HS_PROVE,
-                            tw_tcp_hs_proof(tcp->key, 'C', c->peer_nonce, c->nonce, hs.rank,
-                                            (uint32_t)tcp->super.rank))) {
-            return TW_TCP_HS_BAD;
-        }
-        tw_tcp_established(c); /* frames follow the PROVE's last byte */
-        return TW_TCP_HS_OK;
-    case TW_TCP_WELCOMED: /* PROVE: check the connector's proof */
-        if ((int)hs.rank != c->peer || memcmp(hs.nonce, c->peer_nonce, 16) != 0 ||
-            hs.proof != tw_tcp_hs_proof(tcp->key, 'C', c->nonce, c->peer_nonce,
-                                        (uint32_t)tcp->super.rank, hs.rank)) {
-            tw_warn("tcp", "handshake refused: a client claiming rank %u did not prove the key",
-                    hs.rank);
-            return TW_TCP_HS_BAD;
-        }
-        tw_tcp_established(c);
-        return TW_TCP_HS_OK;
+    case TW_TCP_ACCEPTED:
+        return tw_tcp_on_hello(c, &hs);
+    case TW_TCP_CONNECT_ACK:
+        return tw_tcp_on_welcome(c, &hs);
+    case TW_TCP_WELCOMED:
+        return tw_tcp_on_prove(c, &hs);
     default:
         return TW_TCP_HS_BAD;
     }
