@@ -30,8 +30,6 @@
 #define TW_TCP_MAX_HDR    (TW_AM_HDR_MAX + 256u)
 #define TW_TCP_MAX_LEN    (1ull << 30)
 #define TW_TCP_HS_TIMEOUT (2ull * 1000 * 1000 * 1000)
-#define TW_TCP_MAX_ADDRS  8
-#define TW_TCP_MAX_LANES  16
 
 /* The states of a connection (tw_tcp_cm.c). A connection that fails or
  * loses is closed and freed, so none is ever "closed" or "failed": the

@@ -6,10 +6,11 @@
  * TW_TCP_IF names the interfaces to listen on (comma list); by default
  * loopback when every rank is on this node, otherwise every non-loopback
  * IPv4 and IPv6 address (link-local IPv6 is skipped: it needs a scope),
- * of the families TW_TCP_AF names, in its order. The address blob: magic
- * u32 | lanes u8 | addresses u8 | flags u8 | pad u8 | timeout ms u32 |
- * per address: family u8 (4 or 6), pad[3], address[16] (network order),
- * lanes x port u16 (network order).
+ * of the families TW_TCP_AF names, in its order. The address blob
+ * (tw_tcp_proto.h) lists them with the port of each lane, and says how
+ * long the rank lets a peer be silent and whether it runs progress
+ * threads: a connector judges it by silence and by a 2 s handshake only
+ * when it does.
  */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -22,10 +23,6 @@
 #include "core/tw_compiler.h"
 #include "core/tw_log.h"
 #include "transports/tcp/tw_tcp_int.h"
-
-#define TW_TCP_ADDR_HDR    12u
-#define TW_TCP_ADDR_ENTRY  20u
-#define TW_TCP_FLAG_THREAD 0x01u /* blob flag: the rank runs progress threads */
 
 const char *tw_tcp_addr_str(const tw_tcp_addr_t *a, char *buf, size_t len)
 {
@@ -156,104 +153,73 @@ tw_status_t tw_tcp_pick_addrs(tw_tcp_iface_t *tcp, const tw_tl_params_t *params)
 tw_status_t tw_tcp_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
-    size_t entry = TW_TCP_ADDR_ENTRY + 2u * (size_t)tcp->nlanes;
-    size_t len = TW_TCP_ADDR_HDR + (size_t)tcp->naddrs * entry;
     uint64_t ms = tcp->cfg.timeout_ns / 1000000u;
-    uint32_t magic = TW_TCP_MAGIC, ms32 = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-    unsigned char *p = buf;
+    tw_tcp_addr_blob_t b = {.lanes = (uint8_t)tcp->nlanes,
+                            .naddrs = (uint8_t)tcp->naddrs,
+                            .flags = tcp->threads ? TW_TCP_ADDR_THREADS : 0,
+                            .timeout_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms};
 
-    if (cap < len) {
-        return TW_ERR_INVALID;
-    }
-    memset(p, 0, len);
-    for (int i = 0; i < 4; i++) {
-        p[i] = (unsigned char)(magic >> (8 * i));
-        p[8 + i] = (unsigned char)(ms32 >> (8 * i));
-    }
-    p[4] = (unsigned char)tcp->nlanes;
-    p[5] = (unsigned char)tcp->naddrs;
-    p[6] = tcp->threads ? TW_TCP_FLAG_THREAD : 0;
     for (int a = 0; a < tcp->naddrs; a++) {
-        unsigned char *e = p + TW_TCP_ADDR_HDR + (size_t)a * entry;
         const struct sockaddr *sa = (const struct sockaddr *)&tcp->addrs[a].ss;
+        tw_tcp_addr_entry_t *e = &b.addrs[a];
         if (sa->sa_family == AF_INET) {
-            e[0] = 4;
-            memcpy(e + 4, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+            e->family = 4;
+            memcpy(e->addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
         } else {
-            e[0] = 6;
-            memcpy(e + 4, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+            e->family = 6;
+            memcpy(e->addr, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
         }
         for (int k = 0; k < tcp->nlanes; k++) {
-            uint16_t port = htons(tcp->lanes[k].ports[a]);
-            memcpy(e + TW_TCP_ADDR_ENTRY + 2 * k, &port, 2);
+            e->ports[k] = tcp->lanes[k].ports[a];
         }
     }
-    *len_p = len;
-    return TW_OK;
+    return tw_tcp_addr_blob_pack(&b, buf, cap, len_p);
 }
 
 tw_status_t tw_tcp_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
-    const unsigned char *p = addr;
     tw_tcp_ep_t *ep = &tcp->eps[peer];
-    uint32_t magic = 0, ms = 0;
-    unsigned nlanes, naddrs;
-    size_t entry;
+    tw_tcp_addr_blob_t b;
+    const char *why = "?";
 
-    if (len < TW_TCP_ADDR_HDR) {
-        tw_error("tcp", "rank %d published a %zu-byte tcp address", peer, len);
-        return TW_ERR_PROTOCOL;
-    }
-    for (int i = 0; i < 4; i++) {
-        magic |= (uint32_t)p[i] << (8 * i);
-        ms |= (uint32_t)p[8 + i] << (8 * i);
-    }
-    nlanes = p[4];
-    naddrs = p[5];
-    entry = TW_TCP_ADDR_ENTRY + 2u * nlanes;
-    if (magic != TW_TCP_MAGIC || nlanes == 0 || nlanes > TW_TCP_MAX_LANES || naddrs == 0 ||
-        naddrs > TW_TCP_MAX_ADDRS || len != TW_TCP_ADDR_HDR + naddrs * entry) {
-        tw_error("tcp", "rank %d published a malformed tcp address (%zu bytes)", peer, len);
+    if (tw_tcp_addr_blob_parse(addr, len, &b, &why) != TW_OK) {
+        tw_error("tcp", "rank %d published a bad tcp address (%zu bytes: %s): refused", peer, len,
+                 why);
         return TW_ERR_PROTOCOL;
     }
     ep->naddrs = 0;
-    for (unsigned a = 0; a < naddrs; a++) {
-        const unsigned char *e = p + TW_TCP_ADDR_HDR + a * entry;
+    for (unsigned a = 0; a < b.naddrs; a++) {
+        const tw_tcp_addr_entry_t *e = &b.addrs[a];
         tw_tcp_addr_t *dst = &ep->addrs[ep->naddrs];
-        uint16_t port;
-
         /* Its lane for us: our rank modulo its lane count. */
-        memcpy(&port, e + TW_TCP_ADDR_ENTRY + 2 * ((unsigned)tcp->super.rank % nlanes), 2);
-        if (port == 0 || (e[0] != 4 && e[0] != 6)) {
-            tw_error("tcp", "rank %d published a malformed tcp address entry", peer);
-            return TW_ERR_PROTOCOL;
-        }
+        uint16_t port = htons(e->ports[(unsigned)tcp->super.rank % b.lanes]);
+
         memset(dst, 0, sizeof(*dst));
-        if (e[0] == 4) {
+        if (e->family == 4) {
             struct sockaddr_in *in = (struct sockaddr_in *)&dst->ss;
             in->sin_family = AF_INET;
             in->sin_port = port;
-            memcpy(&in->sin_addr, e + 4, 4);
+            memcpy(&in->sin_addr, e->addr, 4);
             dst->len = sizeof(*in);
         } else {
             struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&dst->ss;
             in6->sin6_family = AF_INET6;
             in6->sin6_port = port;
-            memcpy(&in6->sin6_addr, e + 4, 16);
+            memcpy(&in6->sin6_addr, e->addr, 16);
             dst->len = sizeof(*in6);
         }
         ep->naddrs++;
     }
-    if ((p[6] & TW_TCP_FLAG_THREAD) && ms > 0 && tcp->cfg.timeout_ns > 0) {
-        uint64_t theirs = (uint64_t)ms * 1000000u;
+    if ((b.flags & TW_TCP_ADDR_THREADS) && b.timeout_ms > 0 && tcp->cfg.timeout_ns > 0) {
+        uint64_t theirs = (uint64_t)b.timeout_ms * 1000000u;
         ep->silence_ns = theirs > tcp->cfg.timeout_ns ? theirs : tcp->cfg.timeout_ns;
     }
     /* A rank in manual mode answers a handshake only when it calls
      * tw_progress: give it TW_TCP_TIMEOUT (0: forever), not the 2 s a
      * progress thread needs at most. */
     ep->hs_ns = TW_TCP_HS_TIMEOUT;
-    if (!(p[6] & TW_TCP_FLAG_THREAD)) {
+    if (!(b.flags & TW_TCP_ADDR_THREADS)) {
         ep->hs_ns = tcp->cfg.timeout_ns == 0 ? UINT64_MAX / 2
                                              : TW_MAX(TW_TCP_HS_TIMEOUT, tcp->cfg.timeout_ns);
     }
