@@ -10,7 +10,7 @@ the unit test's constants are an independent reading of the format. The
 SipHash-2-4 below is written from the paper; it reproduces the reference
 implementation's vectors (checked at start).
 
-  tests/fuzz/gen_corpus.py            rewrite tests/fuzz/corpus/{tcp_hs,tcp_frame}/
+  tests/fuzz/gen_corpus.py            rewrite tests/fuzz/corpus/{tcp_hs,tcp_frame,tcp_addr}/
   tests/fuzz/gen_corpus.py --vectors  print the C tables the unit test holds
 """
 import os
@@ -143,6 +143,69 @@ def frame_seeds():
     }
 
 
+ADDR_MAGIC, ADDR_VERSION, ADDR_THREADS = 0x41545754, 1, 0x01
+
+
+def addr_entry(family, ip, ports, reserved=b"\x00\x00\x00"):
+    # family u8 | reserved u8[3] | address[16] (network order) | ports u16 each
+    return bytes([family]) + reserved + ip.ljust(16, b"\x00") + struct.pack("<%dH" % len(ports), *ports)
+
+
+def addr(lanes, entries, flags=ADDR_THREADS, timeout_ms=10000, naddrs=None, version=ADDR_VERSION,
+         magic=ADDR_MAGIC):
+    # magic u32 | version u8 | lanes u8 | naddrs u8 | flags u8 | timeout_ms u32
+    n = len(entries) if naddrs is None else naddrs
+    return struct.pack("<IBBBBI", magic, version, lanes, n, flags, timeout_ms) + b"".join(entries)
+
+
+LOOPBACK4 = bytes([127, 0, 0, 1])
+LOOPBACK6 = bytes(15) + b"\x01"
+
+
+def addr_v4():
+    # One lane, 127.0.0.1 port 0x1234, progress threads, 10 s: the unit test's known bytes.
+    return addr(1, [addr_entry(4, LOOPBACK4, [0x1234])])
+
+
+def addr_seeds():
+    v4 = addr_v4()
+    v6 = addr(2, [addr_entry(6, LOOPBACK6, [40000, 40001])], flags=0, timeout_ms=0)
+    mixed = addr(3, [addr_entry(4, bytes([10, 0, 0, 7]), [5000, 5001, 5002]),
+                     addr_entry(6, bytes(range(0x20, 0x30)), [6000, 6001, 6002])])
+    big = addr(16, [addr_entry(4 if a % 2 == 0 else 6, bytes([10, 0, a, 1]), range(1000 + 16 * a, 1016 + 16 * a))
+                    for a in range(8)], timeout_ms=0xFFFFFFFF)
+    rnd = random.Random(20260103)
+    return {
+        "v4": v4,
+        "v6_two_lanes": v6,
+        "mixed_three_lanes": mixed,
+        "max": big,
+        "empty": b"",
+        "header_only": v4[:12],
+        "truncated_header": v4[:11],
+        "truncated_entry": v4[:-1],
+        "trailing": v4 + b"\x00",
+        "old_magic": addr(1, [addr_entry(4, LOOPBACK4, [0x1234])], magic=MAGIC),
+        "bad_version": addr(1, [addr_entry(4, LOOPBACK4, [0x1234])], version=2),
+        "bad_family": addr(1, [addr_entry(5, LOOPBACK4, [0x1234])]),
+        "family_zero": addr(1, [addr_entry(0, LOOPBACK4, [0x1234])]),
+        "lanes_zero": addr(0, [addr_entry(4, LOOPBACK4, [])]),
+        "lanes_17": addr(17, [addr_entry(4, LOOPBACK4, range(1, 18))]),
+        "naddrs_zero": addr(1, [], naddrs=0),
+        "naddrs_9": addr(1, [addr_entry(4, LOOPBACK4, [1000 + a]) for a in range(9)]),
+        "naddrs_lies_more": addr(1, [addr_entry(4, LOOPBACK4, [0x1234])], naddrs=2),
+        "naddrs_lies_less": addr(1, [addr_entry(4, LOOPBACK4, [1]), addr_entry(4, LOOPBACK4, [2])],
+                                 naddrs=1),
+        "lanes_lie": addr(2, [addr_entry(4, LOOPBACK4, [0x1234])]),
+        "port_zero": addr(2, [addr_entry(4, LOOPBACK4, [0x1234, 0])]),
+        "reserved_set": addr(1, [addr_entry(4, LOOPBACK4, [0x1234], reserved=b"\x00\x01\x00")]),
+        "v4_padding_set": addr(1, [addr_entry(4, LOOPBACK4 + b"\x01", [0x1234])]),
+        "unknown_flag": addr(1, [addr_entry(4, LOOPBACK4, [0x1234])], flags=0x02),
+        "random_34": bytes(rnd.getrandbits(8) for _ in range(34)),
+        "random_prefix": v4[:12] + bytes(rnd.getrandbits(8) for _ in range(22)),
+    }
+
+
 def write(dirname, seeds):
     os.makedirs(dirname, exist_ok=True)
     for f in os.listdir(dirname):
@@ -163,6 +226,8 @@ def print_vectors():
     print("#define PROOF_C 0x%016xull" % PROOF_C)
     print("/* hello as bytes: */")
     print(", ".join("0x%02x" % b for b in hs_seeds()["hello"]))
+    print("/* the one-lane IPv4 address blob (corpus/tcp_addr/v4) as bytes: */")
+    print(", ".join("0x%02x" % b for b in addr_v4()))
 
 
 if __name__ == "__main__":
@@ -172,3 +237,4 @@ if __name__ == "__main__":
         here = os.path.dirname(os.path.abspath(__file__))
         write(os.path.join(here, "corpus", "tcp_hs"), hs_seeds())
         write(os.path.join(here, "corpus", "tcp_frame"), frame_seeds())
+        write(os.path.join(here, "corpus", "tcp_addr"), addr_seeds())

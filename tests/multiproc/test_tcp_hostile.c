@@ -7,20 +7,30 @@
  *   rank 2 attacks the listening ports of ranks 0 and 1 with raw sockets:
  *     connect-and-close (10^4, scaled), one byte then silence (must be
  *     closed by the handshake timeout), wrong magic, wrong version, a
- *     job of another size, random bytes, and a HELLO claiming idle rank 3
- *     followed by a PROVE with a wrong proof;
- *   rank 3 stays idle.
+ *     job of another size, random bytes, and a HELLO claiming rank 3
+ *     (which never talks to them) followed by a PROVE with a wrong proof;
  *   then, with the job key, a full handshake claiming rank 3 and a frame
  *   header whose payload length is 2^63 (to rank 0) or SIZE_MAX (rank 1).
  * Ranks 0 and 1 must go on intact, never stall more than 1 s, count every
  * refused handshake (tw_stats "refused") and the bad frame, and call the
  * error handler once: for "rank 3", whose connection sent the bad frame.
+ *
+ * Rank 3, which nobody talks to, checks the other side of the handshake:
+ * its transport is given (addr_connect, as at init) the address of a
+ * socket the test holds as rank 2's, and a send to rank 2 dials it. That
+ * fake acceptor answers the HELLO with a WELCOME whose proof is made under
+ * another key, and a frame right behind it. The connector must refuse the
+ * proof: drop the connection without writing a byte after its HELLO (no
+ * PROVE, no frame), deliver nothing of what came, count the refusal,
+ * fail rank 2 (the send completes with TW_ERR_PEER_FAILED, the error
+ * handler runs once) and refuse later sends to it.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +177,136 @@ static void attack(tw_context_t *ctx, int victim)
            n, BAD_PER_RANK, (unsigned long long)bad.len, victim);
 }
 
+/* Rank 3's fake acceptor: a listening socket the test holds, published to
+ * rank 3's transport as FAKE_PEER's address. */
+#define FAKE_PEER 2
+typedef struct fake_acceptor {
+    int lfd;
+    uint8_t key[16]; /* the job key: the WELCOME's proof is made under another */
+    bool hello;      /* a well-formed HELLO from rank 3 arrived */
+    bool dropped;    /* then EOF or a reset: the connector dropped us */
+    size_t after;    /* bytes that came after the HELLO */
+} fake_acceptor_t;
+
+/* Read @p len bytes from @p fd within @p ms; false on EOF, error or time. */
+static bool read_full(int fd, uint8_t *buf, size_t len, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    size_t got = 0;
+
+    for (int waited = 0; got < len && waited < ms; waited += 10) {
+        if (poll(&p, 1, 10) > 0) {
+            ssize_t n = recv(fd, buf + got, len - got, MSG_DONTWAIT);
+            if (n <= 0 && !(n < 0 && errno == EAGAIN)) {
+                return false;
+            }
+            got += n > 0 ? (size_t)n : 0;
+        }
+    }
+    return got == len;
+}
+
+/* Take one connection; answer its HELLO with a WELCOME as FAKE_PEER whose
+ * proof is over the right nonces and ranks but under a wrong key, and an
+ * AM frame right behind it; then count what else comes until the
+ * connector drops us (5 s at most). */
+static void *fake_acceptor_main(void *arg)
+{
+    fake_acceptor_t *fa = arg;
+    struct pollfd p = {.fd = fa->lfd, .events = POLLIN};
+    uint8_t m[TW_TCP_HS_LEN + TW_TCP_FRAME_LEN], junk[4096], wrong[16];
+    tw_tcp_hs_t hello, w = {.type = TW_TCP_HS_WELCOME, .rank = FAKE_PEER, .size = 4};
+    tw_tcp_frame_t f = {.type = TW_TCP_FRAME_AM, .am_id = 1};
+    int fd;
+
+    if (poll(&p, 1, 10000) != 1 || (fd = accept(fa->lfd, NULL, NULL)) < 0) {
+        return NULL; /* never dialed: main reports it */
+    }
+    if (!read_full(fd, m, TW_TCP_HS_LEN, 5000) ||
+        tw_tcp_hs_parse(m, TW_TCP_HS_LEN, TW_TCP_HS_HELLO, 4, &hello, NULL) != TW_OK ||
+        hello.rank != 3) {
+        close(fd);
+        return NULL;
+    }
+    fa->hello = true;
+    memcpy(wrong, fa->key, sizeof(wrong));
+    wrong[0] ^= 0x01;
+    twt_fill(w.nonce, sizeof(w.nonce), 77);
+    w.proof = tw_tcp_hs_proof(wrong, 'A', hello.nonce, w.nonce, FAKE_PEER, 3);
+    tw_tcp_hs_pack(&w, m);
+    tw_tcp_frame_pack(&f, m + TW_TCP_HS_LEN);
+    if (send(fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m)) {
+        struct pollfd q = {.fd = fd, .events = POLLIN};
+        for (int waited = 0; waited < 5000 && !fa->dropped; waited += 10) {
+            if (poll(&q, 1, 10) > 0) {
+                ssize_t n = recv(fd, junk, sizeof(junk), MSG_DONTWAIT);
+                if (n > 0) {
+                    fa->after += (size_t)n;
+                } else if (n == 0 || errno != EAGAIN) {
+                    fa->dropped = true;
+                }
+            }
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Rank 3: a send to FAKE_PEER meets the fake acceptor (see the top). */
+static void dial_fake_acceptor(tw_context_t *ctx, tw_cq_t *cq)
+{
+    static unsigned char big[128 * 1024]; /* above any eager limit: completes once written */
+    tw_tl_iface_t *iface = tw_mp_tcp_iface(ctx);
+    fake_acceptor_t fa = {.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t alen = sizeof(a);
+    tw_tcp_addr_blob_t b = {
+        .lanes = 1, .naddrs = 1, .flags = TW_TCP_ADDR_THREADS, .timeout_ms = 10000};
+    uint8_t blob[TW_TCP_ADDR_MAX];
+    size_t len = 0;
+    tw_completion_t c;
+    pthread_t t;
+
+    TWT_EQ(tw_siphash_key_parse(getenv("TW_JOB_KEY"), fa.key), TW_OK);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    TWT_CHECK(fa.lfd >= 0);
+    TWT_CHECKF(bind(fa.lfd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fa.lfd, 1) == 0 &&
+                   getsockname(fa.lfd, (struct sockaddr *)&a, &alen) == 0,
+               "listen: %s", strerror(errno));
+    b.addrs[0].family = 4;
+    memcpy(b.addrs[0].addr, &a.sin_addr, 4);
+    b.addrs[0].ports[0] = ntohs(a.sin_port);
+    TWT_EQ(tw_tcp_addr_blob_pack(&b, blob, sizeof(blob), &len), TW_OK);
+    /* After init, but nothing touched rank 2's endpoint here yet, and the
+     * send below reaches the lane through the engine's try-lock or a
+     * submission: both order the new address before it. */
+    TWT_EQ(tw_tl_addr_connect(iface, FAKE_PEER, blob, len), TW_OK);
+    TWT_EQ(pthread_create(&t, NULL, fake_acceptor_main, &fa), 0);
+
+    TWT_EQ(tw_send(ctx, FAKE_PEER, 1, big, sizeof(big), cq, NULL), TW_OK);
+    TWT_EQ(pthread_join(t, NULL), 0);
+    close(fa.lfd);
+    TWT_CHECKF(fa.hello, "rank 3 never sent a HELLO to the fake acceptor");
+    TWT_CHECKF(fa.after == 0,
+               "rank 3 wrote %zu bytes (PROVE, frames) to an acceptor that did "
+               "not prove the job key",
+               fa.after);
+    TWT_CHECKF(fa.dropped, "rank 3 kept a connection whose acceptor did not prove the job key");
+    TWT_CHECKF(tw_cq_wait(cq, &c, 1, 5000) == 1, "the send to the fake acceptor never completed");
+    TWT_CHECKF(c.status == TW_ERR_PEER_FAILED, "the send to the fake acceptor completed with %s",
+               tw_strerror(c.status));
+    TWT_EQ(tw_stats_read(iface->stats, TW_TL_STAT_REFUSED), 1);
+    TWT_CHECKF(tw_stats_read(iface->stats, TW_TL_STAT_RX_MSGS) == 0,
+               "rank 3 delivered a frame from an acceptor that did not prove the job key");
+    for (int i = 0; i < 100 && atomic_load(&handler_calls) == 0; i++) {
+        usleep(10000);
+    }
+    TWT_EQ(atomic_load(&handler_calls), 1);
+    TWT_EQ(atomic_load(&failed_peer), FAKE_PEER);
+    TWT_EQ(tw_send(ctx, FAKE_PEER, 2, big, 8, cq, NULL), TW_ERR_PEER_FAILED);
+    printf("rank 3: an acceptor with a wrong proof was refused, nothing sent or delivered\n");
+}
+
 static void wait_one(tw_cq_t *cq, tw_completion_t *c)
 {
     int n = tw_cq_wait(cq, c, 1, 1000);
@@ -237,7 +377,9 @@ int main(void)
         printf("rank %d: %d intact exchanges with rank %d during the attack; %llu refused\n", me,
                round, peer, (unsigned long long)refused);
     }
-    /* Rank 3 idles: it never sends, nobody sends to it. */
+    if (me == 3) {
+        dial_fake_acceptor(ctx, cq);
+    }
     TWT_EQ(tw_finalize(ctx), TW_OK);
     TWT_EQ(tw_cq_destroy(cq), TW_OK);
     return 0;

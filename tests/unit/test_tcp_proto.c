@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * TCP wire format: SipHash-2-4 against the reference vectors, handshake and
- * frame header pack/parse (round trips, every rejection, the limits), the
- * handshake proofs and the job-key parser. The known answers (vectors,
- * proofs, packed bytes) come from tests/fuzz/gen_corpus.py, an independent
- * Python reading of the format; `gen_corpus.py --vectors` prints them.
+ * TCP wire format: SipHash-2-4 against the reference vectors, handshake,
+ * frame header and address blob pack/parse (round trips, every rejection,
+ * the limits), the handshake proofs and the job-key parser. The known
+ * answers (vectors, proofs, packed bytes) come from tests/fuzz/gen_corpus.py,
+ * an independent Python reading of the format; `gen_corpus.py --vectors`
+ * prints them.
  */
 #include <stdint.h>
 #include <string.h>
@@ -583,6 +584,231 @@ static void test_key_parse(void)
     TWT_EQ(tw_siphash_key_parse(NULL, k), TW_ERR_INVALID);
 }
 
+/* ---- address blob -------------------------------------------------------- */
+
+/* corpus/tcp_addr/v4 of gen_corpus.py: one lane, 127.0.0.1 port 0x1234,
+ * progress threads, a 10 s timeout. */
+static const uint8_t addr_v4_bytes[] = {
+    0x54, 0x57, 0x54, 0x41, 0x01, 0x01, 0x01, 0x01, 0x10, 0x27, 0x00, 0x00,
+    0x04, 0x00, 0x00, 0x00, 0x7f, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x34, 0x12,
+};
+
+static tw_tcp_addr_blob_t addr_make(unsigned lanes, unsigned naddrs)
+{
+    tw_tcp_addr_blob_t b;
+
+    memset(&b, 0, sizeof(b));
+    b.lanes = (uint8_t)lanes;
+    b.naddrs = (uint8_t)naddrs;
+    b.flags = TW_TCP_ADDR_THREADS;
+    b.timeout_ms = 10000;
+    for (unsigned a = 0; a < naddrs; a++) {
+        b.addrs[a].family = a % 2 == 0 ? 4 : 6;
+        fill_seq(b.addrs[a].addr, b.addrs[a].family == 4 ? 4 : 16, (uint8_t)(10 + a));
+        for (unsigned k = 0; k < lanes; k++) {
+            b.addrs[a].ports[k] = (uint16_t)(1000 + 100 * a + k);
+        }
+    }
+    return b;
+}
+
+static void addr_check_eq(const tw_tcp_addr_blob_t *a, const tw_tcp_addr_blob_t *b)
+{
+    TWT_EQ(a->lanes, b->lanes);
+    TWT_EQ(a->naddrs, b->naddrs);
+    TWT_EQ(a->flags, b->flags);
+    TWT_EQ(a->timeout_ms, b->timeout_ms);
+    for (unsigned i = 0; i < a->naddrs; i++) {
+        TWT_EQ(a->addrs[i].family, b->addrs[i].family);
+        TWT_CHECK(memcmp(a->addrs[i].addr, b->addrs[i].addr, 16) == 0);
+        for (unsigned k = 0; k < a->lanes; k++) {
+            TWT_EQ(a->addrs[i].ports[k], b->addrs[i].ports[k]);
+        }
+    }
+}
+
+/* Parse @p len bytes and expect TW_ERR_PROTOCOL with a reason, the output
+ * untouched. */
+static void addr_reject(const uint8_t *buf, size_t len, const char *what)
+{
+    tw_tcp_addr_blob_t b;
+    const char *why = NULL;
+    tw_status_t st;
+
+    memset(&b, 0x5a, sizeof(b));
+    st = tw_tcp_addr_blob_parse(buf, len, &b, &why);
+    TWT_CHECKF(st == TW_ERR_PROTOCOL, "%s: status %d", what, (int)st);
+    TWT_CHECKF(why != NULL && why[0] != '\0', "%s: no reason", what);
+    TWT_CHECKF(b.lanes == 0x5a && b.timeout_ms == 0x5a5a5a5au, "%s: output written", what);
+    TWT_EQ(tw_tcp_addr_blob_parse(buf, len, &b, NULL), TW_ERR_PROTOCOL);
+}
+
+static void test_addr_good(void)
+{
+    uint8_t buf[TW_TCP_ADDR_MAX + 8];
+    tw_tcp_addr_blob_t in, out;
+    size_t len = 0;
+
+    /* The layout, byte by byte, as gen_corpus.py writes it. */
+    in = addr_make(1, 1);
+    in.addrs[0].addr[0] = 127;
+    in.addrs[0].addr[1] = in.addrs[0].addr[2] = 0;
+    in.addrs[0].addr[3] = 1;
+    in.addrs[0].ports[0] = 0x1234;
+    TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, sizeof(buf), &len), TW_OK);
+    TWT_EQ(len, sizeof(addr_v4_bytes));
+    TWT_CHECK(memcmp(buf, addr_v4_bytes, sizeof(addr_v4_bytes)) == 0);
+    TWT_EQ(tw_tcp_addr_blob_parse(addr_v4_bytes, sizeof(addr_v4_bytes), &out, NULL), TW_OK);
+    addr_check_eq(&in, &out);
+
+    /* Every count from 1 to the largest round-trips, in exactly its length. */
+    for (unsigned lanes = 1; lanes <= TW_TCP_MAX_LANES; lanes++) {
+        for (unsigned naddrs = 1; naddrs <= TW_TCP_MAX_ADDRS; naddrs++) {
+            in = addr_make(lanes, naddrs);
+            in.flags = naddrs % 2 == 0 ? TW_TCP_ADDR_THREADS : 0;
+            in.timeout_ms = lanes == 1 ? 0 : UINT32_MAX - naddrs;
+            memset(buf, 0xee, sizeof(buf));
+            TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, sizeof(buf), &len), TW_OK);
+            TWT_EQ(len, tw_tcp_addr_blob_len(lanes, naddrs));
+            TWT_EQ(len, TW_TCP_ADDR_HDR + naddrs * (TW_TCP_ADDR_ENTRY + 2 * lanes));
+            TWT_EQ(buf[len], 0xee); /* writes len bytes, no more */
+            TWT_CHECK(len <= TW_TCP_ADDR_MAX);
+            memset(&out, 0, sizeof(out));
+            TWT_EQ(tw_tcp_addr_blob_parse(buf, len, &out, NULL), TW_OK);
+            addr_check_eq(&in, &out);
+            /* A buffer of exactly the length packs; one byte less does not. */
+            TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, len, &len), TW_OK);
+            TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, len - 1, &len), TW_ERR_INVALID);
+        }
+    }
+    TWT_EQ(tw_tcp_addr_blob_len(TW_TCP_MAX_LANES, TW_TCP_MAX_ADDRS), TW_TCP_ADDR_MAX);
+
+    /* The packer refuses what the parser would. */
+    static const struct {
+        unsigned lanes, naddrs;
+    } bad_counts[] = {{0, 1}, {1, 0}, {TW_TCP_MAX_LANES + 1, 1}, {1, TW_TCP_MAX_ADDRS + 1}};
+    for (size_t i = 0; i < TWT_ARRAY_SIZE(bad_counts); i++) {
+        in = addr_make(1, 1);
+        in.lanes = (uint8_t)bad_counts[i].lanes;
+        in.naddrs = (uint8_t)bad_counts[i].naddrs;
+        TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, sizeof(buf), &len), TW_ERR_INVALID);
+    }
+    in = addr_make(2, 2);
+    in.flags = 0x80;
+    TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, sizeof(buf), &len), TW_ERR_INVALID);
+    in = addr_make(2, 2);
+    in.addrs[1].family = 5;
+    TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, sizeof(buf), &len), TW_ERR_INVALID);
+    in = addr_make(2, 2);
+    in.addrs[0].addr[15] = 1; /* IPv4 with a byte past its 4 */
+    TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, sizeof(buf), &len), TW_ERR_INVALID);
+    in = addr_make(2, 2);
+    in.addrs[1].ports[1] = 0;
+    TWT_EQ(tw_tcp_addr_blob_pack(&in, buf, sizeof(buf), &len), TW_ERR_INVALID);
+}
+
+static void test_addr_reject(void)
+{
+    tw_tcp_addr_blob_t in = addr_make(3, 2);
+    uint8_t good[TW_TCP_ADDR_MAX + 1], buf[TW_TCP_ADDR_MAX + 1];
+    size_t len = 0, entry = TW_TCP_ADDR_ENTRY + 2 * 3;
+
+    TWT_EQ(tw_tcp_addr_blob_pack(&in, good, sizeof(good), &len), TW_OK);
+
+    /* Truncated: every prefix, header or entry. */
+    for (size_t n = 0; n < len; n++) {
+        char what[80];
+        snprintf(what, sizeof(what), "truncated to %zu of %zu", n, len);
+        addr_reject(good, n, what);
+    }
+    addr_reject(NULL, 0, "no bytes at all");
+
+    /* Bad magic (the old, unversioned blob began with the handshake's),
+     * bad version. */
+    memcpy(buf, good, len);
+    tw_tcp_hs_t hs = hs_make(TW_TCP_HS_HELLO);
+    tw_tcp_hs_pack(&hs, buf); /* TW_TCP_MAGIC, then the handshake */
+    addr_reject(buf, len, "handshake magic");
+    for (int bit = 0; bit < 32; bit++) {
+        memcpy(buf, good, len);
+        buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        addr_reject(buf, len, "magic bit");
+    }
+    static const uint8_t versions[] = {0, 2, 0x81, 0xff};
+    for (size_t i = 0; i < TWT_ARRAY_SIZE(versions); i++) {
+        memcpy(buf, good, len);
+        buf[4] = versions[i];
+        addr_reject(buf, len, "bad version");
+    }
+
+    /* Bad family, in either entry. */
+    static const uint8_t families[] = {0, 1, 2, 5, 10, 0x84, 0xff};
+    for (size_t i = 0; i < TWT_ARRAY_SIZE(families); i++) {
+        for (unsigned a = 0; a < 2; a++) {
+            memcpy(buf, good, len);
+            buf[TW_TCP_ADDR_HDR + a * entry] = families[i];
+            addr_reject(buf, len, "bad family");
+        }
+    }
+    /* Reserved bytes, IPv4 padding, a port 0 (any lane), unknown flags. */
+    for (unsigned r = 1; r <= 3; r++) {
+        memcpy(buf, good, len);
+        buf[TW_TCP_ADDR_HDR + entry + r] = 0x01;
+        addr_reject(buf, len, "reserved byte set");
+    }
+    for (unsigned pad = 8; pad < 20; pad++) {
+        memcpy(buf, good, len);
+        buf[TW_TCP_ADDR_HDR + pad] = 0x40; /* entry 0 is IPv4 */
+        addr_reject(buf, len, "IPv4 padding set");
+    }
+    for (unsigned k = 0; k < 3; k++) {
+        memcpy(buf, good, len);
+        memset(buf + TW_TCP_ADDR_HDR + entry + TW_TCP_ADDR_ENTRY + 2 * k, 0, 2);
+        addr_reject(buf, len, "port 0");
+    }
+    for (int bit = 1; bit < 8; bit++) {
+        memcpy(buf, good, len);
+        buf[7] |= (uint8_t)(1u << bit);
+        addr_reject(buf, len, "unknown flag");
+    }
+
+    /* Bad counts: no lane, no address, more than the limits. */
+    static const uint8_t bad_lanes[] = {0, TW_TCP_MAX_LANES + 1, 0xff};
+    static const uint8_t bad_naddrs[] = {0, TW_TCP_MAX_ADDRS + 1, 0xff};
+    for (size_t i = 0; i < TWT_ARRAY_SIZE(bad_lanes); i++) {
+        memcpy(buf, good, len);
+        buf[5] = bad_lanes[i];
+        addr_reject(buf, len, "bad lane count");
+        memcpy(buf, good, len);
+        buf[6] = bad_naddrs[i];
+        addr_reject(buf, len, "bad address count");
+    }
+
+    /* Lengths that lie: counts saying more, or fewer, than the bytes. */
+    for (uint8_t lanes = 1; lanes <= TW_TCP_MAX_LANES; lanes++) {
+        for (uint8_t naddrs = 1; naddrs <= TW_TCP_MAX_ADDRS; naddrs++) {
+            if (tw_tcp_addr_blob_len(lanes, naddrs) == len) {
+                continue; /* counts that fit the length (2 x 3 lanes, 1 x 16) */
+            }
+            memcpy(buf, good, len);
+            buf[5] = lanes;
+            buf[6] = naddrs;
+            addr_reject(buf, len, "counts that lie");
+        }
+    }
+    memcpy(buf, good, len);
+    buf[len] = 0;
+    addr_reject(buf, len + 1, "a trailing byte");
+    /* A whole blob that holds fewer entries than its count: still refused,
+     * and nothing is read past @p len (ASan: the bytes end at the block). */
+    uint8_t *block = malloc(len - entry);
+    TWT_CHECK(block != NULL);
+    memcpy(block, good, len - entry);
+    addr_reject(block, len - entry, "an entry missing");
+    free(block);
+}
+
 /* Fixes of what the first review found: NULL with length 0, outputs
  * untouched on rejection, an unknown wanted type. */
 static void test_contract_edges(void)
@@ -627,6 +853,8 @@ int main(void)
     test_hs_proof();
     test_frame();
     test_key_parse();
+    test_addr_good();
+    test_addr_reject();
     test_contract_edges();
     fprintf(stderr, "tcp_proto: ok\n");
     return 0;

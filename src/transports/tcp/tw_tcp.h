@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
-/* The TCP transport (tw_tcp.c): what tests reach beyond the ops table. */
+/* The TCP transport (README.md): what the library and tests reach beyond its ops table. */
 #ifndef TW_TCP_H
 #define TW_TCP_H
 

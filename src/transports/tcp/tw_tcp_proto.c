@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
-/* Wire format of the TCP transport (see tw_tcp_proto.h). */
+/* Wire formats of the TCP transport (see tw_tcp_proto.h). */
 #include "transports/tcp/tw_tcp_proto.h"
 
 #include <string.h>
@@ -130,5 +130,120 @@ tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, ui
                           f->type == TW_TCP_FRAME_FIN ? "FIN carries bytes" : "PING carries bytes");
     }
     *out = *f; /* only on success */
+    return TW_OK;
+}
+
+size_t tw_tcp_addr_blob_len(unsigned lanes, unsigned naddrs)
+{
+    return TW_TCP_ADDR_HDR + (size_t)naddrs * (TW_TCP_ADDR_ENTRY + 2u * (size_t)lanes);
+}
+
+/* NULL, or the reason @p e (of a blob with @p lanes lanes) is refused. */
+static const char *tw_tcp_addr_entry_bad(const tw_tcp_addr_entry_t *e, unsigned lanes)
+{
+    static const uint8_t zero[12];
+
+    if (e->family != 4 && e->family != 6) {
+        return "address family not 4 or 6";
+    }
+    if (e->family == 4 && memcmp(e->addr + 4, zero, sizeof(zero)) != 0) {
+        return "IPv4 address with bytes past its 4";
+    }
+    for (unsigned k = 0; k < lanes; k++) {
+        if (e->ports[k] == 0) {
+            return "port 0";
+        }
+    }
+    return NULL;
+}
+
+/* Header: magic 0 | version 4 | lanes 5 | naddrs 6 | flags 7 | timeout 8.
+ * Entry: family 0 | reserved 1..3 | address 4..19 | ports 20... */
+tw_status_t tw_tcp_addr_blob_pack(const tw_tcp_addr_blob_t *b, void *buf, size_t cap, size_t *len_p)
+{
+    uint8_t *p = buf;
+    size_t len = tw_tcp_addr_blob_len(b->lanes, b->naddrs), entry;
+
+    if (b->lanes == 0 || b->lanes > TW_TCP_MAX_LANES || b->naddrs == 0 ||
+        b->naddrs > TW_TCP_MAX_ADDRS || (b->flags & ~TW_TCP_ADDR_THREADS) != 0 || cap < len) {
+        return TW_ERR_INVALID;
+    }
+    for (unsigned a = 0; a < b->naddrs; a++) {
+        if (tw_tcp_addr_entry_bad(&b->addrs[a], b->lanes) != NULL) {
+            return TW_ERR_INVALID;
+        }
+    }
+    entry = TW_TCP_ADDR_ENTRY + 2u * (size_t)b->lanes;
+    memset(p, 0, len);
+    tw_put32(p, TW_TCP_ADDR_MAGIC);
+    p[4] = TW_TCP_ADDR_VERSION;
+    p[5] = b->lanes;
+    p[6] = b->naddrs;
+    p[7] = b->flags;
+    tw_put32(p + 8, b->timeout_ms);
+    for (unsigned a = 0; a < b->naddrs; a++) {
+        uint8_t *e = p + TW_TCP_ADDR_HDR + a * entry;
+        e[0] = b->addrs[a].family;
+        memcpy(e + 4, b->addrs[a].addr, 16);
+        for (unsigned k = 0; k < b->lanes; k++) {
+            tw_put16(e + TW_TCP_ADDR_ENTRY + 2 * k, b->addrs[a].ports[k]);
+        }
+    }
+    *len_p = len;
+    return TW_OK;
+}
+
+tw_status_t tw_tcp_addr_blob_parse(const void *buf, size_t len, tw_tcp_addr_blob_t *out,
+                                   const char **why)
+{
+    const uint8_t *p = buf;
+    tw_tcp_addr_blob_t b;
+    size_t entry;
+
+    if (len < TW_TCP_ADDR_HDR) {
+        return tw_tcp_bad(why, "shorter than the address header");
+    }
+    if (tw_get32(p) != TW_TCP_ADDR_MAGIC) {
+        return tw_tcp_bad(why, "wrong magic (not a tcp address)");
+    }
+    if (p[4] != TW_TCP_ADDR_VERSION) {
+        return tw_tcp_bad(why, "unsupported address version");
+    }
+    memset(&b, 0, sizeof(b));
+    b.lanes = p[5];
+    b.naddrs = p[6];
+    b.flags = p[7];
+    b.timeout_ms = tw_get32(p + 8);
+    if (b.lanes == 0 || b.lanes > TW_TCP_MAX_LANES) {
+        return tw_tcp_bad(why, "lane count out of range");
+    }
+    if (b.naddrs == 0 || b.naddrs > TW_TCP_MAX_ADDRS) {
+        return tw_tcp_bad(why, "address count out of range");
+    }
+    if ((b.flags & ~TW_TCP_ADDR_THREADS) != 0) {
+        return tw_tcp_bad(why, "unknown address flags");
+    }
+    if (len != tw_tcp_addr_blob_len(b.lanes, b.naddrs)) {
+        return tw_tcp_bad(why, "length differs from what its counts say");
+    }
+    entry = TW_TCP_ADDR_ENTRY + 2u * (size_t)b.lanes;
+    for (unsigned a = 0; a < b.naddrs; a++) {
+        const uint8_t *e = p + TW_TCP_ADDR_HDR + a * entry;
+        tw_tcp_addr_entry_t *d = &b.addrs[a];
+        const char *bad;
+
+        if (e[1] != 0 || e[2] != 0 || e[3] != 0) {
+            return tw_tcp_bad(why, "reserved address bytes set");
+        }
+        d->family = e[0];
+        memcpy(d->addr, e + 4, 16);
+        for (unsigned k = 0; k < b.lanes; k++) {
+            d->ports[k] = tw_get16(e + TW_TCP_ADDR_ENTRY + 2 * k);
+        }
+        if ((bad = tw_tcp_addr_entry_bad(d, b.lanes)) != NULL) {
+            return tw_tcp_bad(why, bad);
+        }
+    }
+    *out = b; /* only on success */
     return TW_OK;
 }

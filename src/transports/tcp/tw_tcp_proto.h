@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * Wire format of the TCP transport: the connection handshake and the
- * frame header. Pure functions (no sockets), so parsers can be fuzzed and
- * unit-tested on their own. Every length read from the wire is checked
- * against the caller's limits before anything is read or allocated; a
- * value that does not fit is TW_ERR_PROTOCOL, never trusted. Integers are
- * little-endian on the wire, whatever the host.
+ * Wire formats of the TCP transport: the connection handshake, the frame
+ * header and the address blob. Pure functions (no sockets), so parsers
+ * can be fuzzed and unit-tested on their own. Every length read from the
+ * wire is checked against the caller's limits before anything is read or
+ * allocated; a value that does not fit is TW_ERR_PROTOCOL, never trusted.
+ * Integers are little-endian on the wire, whatever the host.
  *
  * Handshake (connector C, acceptor A; 48-byte messages):
  *   C -> A  HELLO   magic, version, type, C's rank, job size, nonce_c
@@ -21,6 +21,18 @@
  *   version u8 | type u8 | am_id u8 | flags u8 | hdr_len u32 | len u64
  * Types: AM (an active message), FIN (clean close: no failure report),
  * PING (keepalive on an idle connection; carries nothing).
+ *
+ * Address blob (what a rank publishes through the launcher, 12 bytes and
+ * naddrs entries of 20 + 2 x lanes bytes):
+ *   magic u32 ("TWTA") | version u8 | lanes u8 | naddrs u8 | flags u8 |
+ *   timeout_ms u32
+ *   per address: family u8 (4 or 6) | reserved u8[3] | address[16]
+ *                (network order; IPv4: the first 4 bytes, then zeros) |
+ *                lanes x port u16 (the port of each of its lanes)
+ * A connector dials the port of lane (its rank % lanes): the lane that
+ * owns their connection. flags: TW_TCP_ADDR_THREADS, the rank runs
+ * progress threads (so its silence means failure). timeout_ms: its
+ * TW_TCP_TIMEOUT (0: never). Reserved bytes are zero, ports never 0.
  */
 #ifndef TW_TCP_PROTO_H
 #define TW_TCP_PROTO_H
@@ -34,6 +46,24 @@
 #define TW_TCP_VERSION   1u
 #define TW_TCP_HS_LEN    48u
 #define TW_TCP_FRAME_LEN 16u
+
+#define TW_TCP_ADDR_MAGIC   0x41545754u /* "TWTA" */
+#define TW_TCP_ADDR_VERSION 1u
+#define TW_TCP_ADDR_HDR     12u
+#define TW_TCP_ADDR_ENTRY   20u /* and 2 bytes per lane */
+#define TW_TCP_ADDR_THREADS 0x01u
+#define TW_TCP_MAX_ADDRS    8
+#define TW_TCP_MAX_LANES    16
+/* The largest blob: every address, every lane. */
+#define TW_TCP_ADDR_MAX \
+    (TW_TCP_ADDR_HDR + TW_TCP_MAX_ADDRS * (TW_TCP_ADDR_ENTRY + 2u * TW_TCP_MAX_LANES))
+
+_Static_assert(TW_TCP_ADDR_HDR == 4 + 1 + 1 + 1 + 1 + 4, "address blob header layout");
+_Static_assert(TW_TCP_ADDR_ENTRY == 1 + 3 + 16, "address entry layout (before the ports)");
+_Static_assert(TW_TCP_MAX_ADDRS <= UINT8_MAX && TW_TCP_MAX_LANES <= UINT8_MAX,
+               "the counts are u8 on the wire");
+_Static_assert(TW_TCP_ADDR_MAX <= UINT16_MAX, "the runtime carries an address in a u16 length");
+_Static_assert(TW_TCP_HS_LEN == 48 && TW_TCP_FRAME_LEN == 16, "handshake and frame layouts");
 
 enum { TW_TCP_HS_HELLO = 1, TW_TCP_HS_WELCOME = 2, TW_TCP_HS_PROVE = 3 };
 enum { TW_TCP_FRAME_AM = 1, TW_TCP_FRAME_FIN = 2, TW_TCP_FRAME_PING = 3 };
@@ -53,6 +83,20 @@ typedef struct tw_tcp_frame {
     uint32_t hdr_len;
     uint64_t len;
 } tw_tcp_frame_t;
+
+typedef struct tw_tcp_addr_entry {
+    uint8_t family;                   /* 4 or 6 */
+    uint8_t addr[16];                 /* network order; IPv4: addr[0..3], the rest zero */
+    uint16_t ports[TW_TCP_MAX_LANES]; /* [lanes]; none 0 */
+} tw_tcp_addr_entry_t;
+
+typedef struct tw_tcp_addr_blob {
+    uint8_t lanes;  /* 1 .. TW_TCP_MAX_LANES */
+    uint8_t naddrs; /* 1 .. TW_TCP_MAX_ADDRS */
+    uint8_t flags;  /* TW_TCP_ADDR_THREADS */
+    uint32_t timeout_ms;
+    tw_tcp_addr_entry_t addrs[TW_TCP_MAX_ADDRS];
+} tw_tcp_addr_blob_t;
 
 /** Write @p hs as TW_TCP_HS_LEN bytes into @p buf. */
 void tw_tcp_hs_pack(const tw_tcp_hs_t *hs, uint8_t buf[TW_TCP_HS_LEN]);
@@ -80,5 +124,24 @@ void tw_tcp_frame_pack(const tw_tcp_frame_t *f, uint8_t buf[TW_TCP_FRAME_LEN]);
  * @p max_hdr, len above @p max_len, or a FIN or PING that carries bytes. */
 tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, uint64_t max_len,
                                tw_tcp_frame_t *f, const char **why);
+
+/** Bytes of an address blob with @p lanes lanes and @p naddrs addresses. */
+size_t tw_tcp_addr_blob_len(unsigned lanes, unsigned naddrs);
+
+/** Write @p b into @p buf (@p cap bytes); *@p len_p: the bytes written.
+ * TW_ERR_INVALID (nothing written) when @p cap is too small or @p b is
+ * what the parser would refuse: a count out of range, an unknown flag, a
+ * family other than 4 or 6, IPv4 with bytes past its 4, a port 0. */
+tw_status_t tw_tcp_addr_blob_pack(const tw_tcp_addr_blob_t *b, void *buf, size_t cap,
+                                  size_t *len_p);
+
+/** Parse an address blob of exactly @p len bytes (the whole of what the
+ * rank published). TW_ERR_PROTOCOL, with @p why (may be NULL) naming the
+ * reason: fewer bytes than the header, wrong magic or version, a lane or
+ * address count out of range, an unknown flag, @p len other than what
+ * the counts say, a family other than 4 or 6, reserved or IPv4 padding
+ * bytes set, a port 0. @p b is written only on success. */
+tw_status_t tw_tcp_addr_blob_parse(const void *buf, size_t len, tw_tcp_addr_blob_t *b,
+                                   const char **why);
 
 #endif /* TW_TCP_PROTO_H */

@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * TCP send side: frames, the per-peer queues and their writes, and the
+ * sends of the ops table.
+ *
+ * A send becomes a frame appended to the peer's queue, which the lane
+ * writes with one sendmsg for many frames (partial writes resume at their
+ * offset), so a burst of small messages costs one syscall, not one each.
+ * Who appends: when the lane's engine is free (its try-lock), the peer is
+ * connected and no earlier frame waits in the submission lanes, the
+ * sending thread itself -- and a lone message is written at once, while
+ * one that follows another within TW_TCP_BURST marks the peer dirty for
+ * the next pass. Otherwise the frame goes to the engine through its
+ * submission lane (tw_tl_submit) and the engine appends it; dirty queues
+ * are written once per pass.
+ *
+ * Left out (docs/tcp-plan.md): a sender-side rendezvous (so a send
+ * completes only once received); a pool for frames handed to a busy
+ * engine (only the engine or try-lock holder uses a lane's pool, so those
+ * frames come from jemalloc's thread cache).
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "core/tw_compiler.h"
+#include "core/tw_log.h"
+#include "core/tw_mem.h"
+#include "core/tw_time.h"
+#include "transports/tcp/tw_tcp_int.h"
+
+#define TW_TCP_IOV 128
+/* A worker's send within this long of the previous write to the peer is
+ * part of a burst: it is queued for the next pass's sendmsg (the sender's
+ * own tw_cq_wait / tw_progress, or the engine) instead of a syscall of its
+ * own. Longer than one tw_send, shorter than a TCP round trip, so a
+ * ping-pong writes every message at once. */
+#define TW_TCP_BURST (2000ull)
+/* Frames whose header bytes (frame + am header + copied payload) fit this
+ * come from a lane's pool when the lane's engine or try-lock is held
+ * (direct sends, control frames): no malloc/free per small message. */
+#define TW_TCP_POOL_HEAD  256u
+#define TW_TCP_POOL_MAX   1024u
+#define TW_TCP_POOL_ALLOC (sizeof(tw_tcp_frame_out_t) + TW_TCP_POOL_HEAD)
+
+/* Queue @p ep for the write at the end of the progress pass. */
+void tw_tcp_mark_dirty(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
+{
+    if (!ep->dirty) {
+        ep->dirty = true;
+        ep->next_dirty = lane->dirty;
+        lane->dirty = ep;
+    }
+}
+
+/* A frame for @p head_len header bytes: from the pool when it fits (the
+ * caller holds @p lane's lock), else from the allocator. */
+static tw_tcp_frame_out_t *tw_tcp_frame_get(tw_tcp_lane_t *lane, size_t head_len)
+{
+    tw_tcp_frame_out_t *f;
+
+    if (lane != NULL && head_len <= TW_TCP_POOL_HEAD) {
+        f = lane->pool;
+        if (f != NULL) {
+            lane->pool = f->next;
+            lane->npool--;
+        } else if ((f = tw_malloc(TW_TCP_POOL_ALLOC)) == NULL) {
+            return NULL;
+        }
+        *f = (tw_tcp_frame_out_t){.alloc_len = TW_TCP_POOL_ALLOC, .pooled = true};
+        return f;
+    }
+    f = tw_malloc(sizeof(*f) + head_len);
+    if (f != NULL) {
+        *f = (tw_tcp_frame_out_t){.alloc_len = sizeof(*f) + head_len};
+    }
+    return f;
+}
+
+/* @p f is written or failed: complete it, and recycle it (lock holder). */
+void tw_tcp_frame_done(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f, tw_status_t st)
+{
+    if (f->comp != NULL) {
+        f->comp->cb(f->comp, st);
+    }
+    if (f->pooled && lane->npool < TW_TCP_POOL_MAX) {
+        f->next = lane->pool;
+        lane->pool = f;
+        lane->npool++;
+        return;
+    }
+    tw_free(f, f->alloc_len);
+}
+
+/* Fill @p f with an AM frame to @p peer. */
+static void tw_tcp_frame_fill(tw_tcp_frame_out_t *f, int peer, uint8_t am_id, const void *hdr,
+                              size_t hdr_len, const void *data, size_t len, bool copy,
+                              tw_tl_comp_t *comp)
+{
+    tw_tcp_frame_t fh = {
+        .type = TW_TCP_FRAME_AM, .am_id = am_id, .hdr_len = (uint32_t)hdr_len, .len = len};
+
+    f->head_len = TW_TCP_FRAME_LEN + hdr_len + (copy ? len : 0);
+    f->zdata = copy ? NULL : data;
+    f->zlen = copy ? 0 : len;
+    f->comp = comp;
+    f->peer = peer;
+    tw_tcp_frame_pack(&fh, f->bytes);
+    if (hdr_len > 0) {
+        memcpy(f->bytes + TW_TCP_FRAME_LEN, hdr, hdr_len);
+    }
+    if (copy && len > 0) {
+        memcpy(f->bytes + TW_TCP_FRAME_LEN + hdr_len, data, len);
+    }
+}
+
+/* Write what the peer's queue holds: one sendmsg for many frames. */
+void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
+{
+    tw_tcp_conn_t *c = ep->conn;
+
+    if (c == NULL) {
+        return;
+    }
+    if (c->hs_off < c->hs_len) { /* the PROVE goes first */
+        if (!tw_tcp_hs_write(c)) {
+            tw_tcp_conn_broken(c, errno);
+            return;
+        }
+        if (c->hs_off < c->hs_len) {
+            return; /* EV_WRITE comes back here */
+        }
+    }
+    while (ep->head != NULL) {
+        struct iovec iov[TW_TCP_IOV];
+        int n = 0;
+        for (tw_tcp_frame_out_t *f = ep->head; f != NULL && n + 2 <= TW_TCP_IOV; f = f->next) {
+            size_t off = f->off;
+            if (off < f->head_len) {
+                iov[n++] = (struct iovec){f->bytes + off, f->head_len - off};
+                off = f->head_len;
+            }
+            if (f->zlen > 0 && off - f->head_len < f->zlen) {
+                iov[n++] = (struct iovec){(char *)f->zdata + (off - f->head_len),
+                                          f->zlen - (off - f->head_len)};
+            }
+        }
+        /* sendmsg, not writev: a peer that reset the connection must
+         * give EPIPE here, not a SIGPIPE that kills the process. */
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                tw_tcp_want_out(c, true);
+                return;
+            }
+            tw_tcp_conn_broken(c, errno);
+            return;
+        }
+        c->last_tx = tw_time_ns();
+        size_t left = (size_t)w;
+        while (left > 0 && ep->head != NULL) {
+            tw_tcp_frame_out_t *f = ep->head;
+            size_t rest = f->head_len + f->zlen - f->off;
+            if (left < rest) {
+                f->off += left;
+                left = 0;
+                break;
+            }
+            left -= rest;
+            lane->events++;
+            ep->head = f->next;
+            ep->queued--;
+            if (ep->head == NULL) {
+                ep->tail = NULL;
+            }
+            tw_tcp_frame_done(lane, f, TW_OK);
+        }
+    }
+    if (c->want_out) {
+        tw_tcp_want_out(c, false); /* all out */
+    }
+}
+
+void tw_tcp_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    tw_tcp_conn_t *c = arg;
+    tw_tcp_iface_t *tcp = c->lane->tcp;
+
+    (void)fd, (void)what;
+    if (c->state != TW_TCP_CONNECTED) {
+        if (!tw_tcp_hs_write(c)) {
+            tw_tcp_conn_broken(c, errno);
+        }
+        return;
+    }
+    if (c->peer >= 0 && tcp->eps[c->peer].conn == c) {
+        tw_tcp_flush(c->lane, &tcp->eps[c->peer]);
+    }
+}
+
+/* Queue @p f to its peer (engine side). */
+static void tw_tcp_enqueue(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f)
+{
+    tw_tcp_iface_t *tcp = lane->tcp;
+    tw_tcp_ep_t *ep = &tcp->eps[f->peer];
+
+    if (ep->failed || tcp->closing) {
+        tw_tcp_frame_done(lane, f, ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED);
+        return;
+    }
+    f->next = NULL;
+    if (ep->tail == NULL) {
+        ep->head = f;
+    } else {
+        ep->tail->next = f;
+    }
+    ep->tail = f;
+    ep->queued++;
+    if (ep->conn == NULL) {
+        if (ep->pending == NULL && ep->accepting == NULL) {
+            tw_tcp_connect(lane, f->peer, 0);
+        }
+        return; /* flushed once a connection is up */
+    }
+    if (ep->queued >= TW_TCP_IOV / 2) {
+        tw_tcp_flush(lane, ep); /* enough for one full sendmsg */
+    } else {
+        tw_tcp_mark_dirty(lane, ep);
+    }
+}
+
+/* Submission command: a worker's frame reaches the lane's engine. */
+static void tw_tcp_enqueue_cmd(void *arg, void *data, uint64_t u64)
+{
+    tw_tcp_lane_t *lane = arg;
+
+    (void)u64;
+    atomic_fetch_sub_explicit(&lane->cmds, 1, memory_order_relaxed);
+    tw_tcp_enqueue(lane, data);
+}
+
+/* A worker writes its frame itself when the lane's engine is free, the
+ * peer is connected, and no earlier frame waits in the submission lanes
+ * (so nothing is overtaken). */
+typedef struct tw_tcp_direct {
+    tw_tcp_lane_t *lane;
+    int peer;
+    uint8_t am_id;
+    bool copy;
+    bool done;
+    tw_status_t st;
+    const void *hdr, *data;
+    size_t hdr_len, len;
+    tw_tl_comp_t *comp;
+} tw_tcp_direct_t;
+
+static int tw_tcp_direct_fn(void *arg)
+{
+    tw_tcp_direct_t *d = arg;
+    tw_tcp_lane_t *lane = d->lane;
+    tw_tcp_ep_t *ep = &lane->tcp->eps[d->peer];
+    tw_tcp_frame_out_t *f;
+
+    if (atomic_load_explicit(&lane->cmds, memory_order_relaxed) != 0 || ep->conn == NULL ||
+        ep->failed || lane->tcp->closing) {
+        return 0;
+    }
+    f = tw_tcp_frame_get(lane, TW_TCP_FRAME_LEN + d->hdr_len + (d->copy ? d->len : 0));
+    d->done = true;
+    if (f == NULL) {
+        d->st = TW_ERR_NOMEM;
+        return 1;
+    }
+    tw_tcp_frame_fill(f, d->peer, d->am_id, d->hdr, d->hdr_len, d->data, d->len, d->copy, d->comp);
+    lane->in_worker = true;
+    tw_tcp_enqueue(lane, f);
+    if (ep->conn != NULL && ep->queued == 1 && tw_time_ns() - ep->conn->last_tx >= TW_TCP_BURST) {
+        tw_tcp_flush(lane, ep); /* a lone message: out now */
+    } else if (lane->tcp->threads) {
+        tw_pe_wake(lane->pe); /* part of a burst: the next pass writes them together */
+    }
+    lane->in_worker = false;
+    d->st = TW_OK;
+    return 1;
+}
+
+/* A frame that carries nothing but its type (FIN, PING). */
+void tw_tcp_enqueue_ctl(tw_tcp_lane_t *lane, int peer, uint8_t type)
+{
+    tw_tcp_frame_out_t *f = tw_tcp_frame_get(lane, TW_TCP_FRAME_LEN);
+    tw_tcp_frame_t fh = {.type = type};
+
+    if (f == NULL) {
+        return; /* a missed PING or FIN: the peer copes (the next tick retries) */
+    }
+    f->head_len = TW_TCP_FRAME_LEN;
+    f->peer = peer;
+    tw_tcp_frame_pack(&fh, f->bytes);
+    tw_tcp_enqueue(lane, f);
+}
+
+static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, const void *hdr,
+                               size_t hdr_len, const void *data, size_t len, bool copy,
+                               tw_tl_comp_t *comp)
+{
+    size_t head_len = TW_TCP_FRAME_LEN + hdr_len + (copy ? len : 0);
+    tw_tcp_lane_t *lane;
+    tw_tcp_frame_out_t *f;
+
+    if (peer < 0 || peer >= tcp->super.size || peer == tcp->super.rank) {
+        return TW_ERR_UNREACHABLE;
+    }
+    if (atomic_load_explicit(&tcp->down[peer], memory_order_acquire)) {
+        return TW_ERR_PEER_FAILED;
+    }
+    lane = tw_tcp_lane_of(tcp, peer);
+    if (atomic_load_explicit(&lane->cmds, memory_order_relaxed) == 0) {
+        tw_tcp_direct_t d = {.lane = lane,
+                             .peer = peer,
+                             .am_id = am_id,
+                             .copy = copy,
+                             .hdr = hdr,
+                             .hdr_len = hdr_len,
+                             .data = data,
+                             .len = len,
+                             .comp = comp};
+        (void)tw_pe_try_call(lane->pe, tw_tcp_direct_fn, &d);
+        if (d.done && d.st == TW_OK) {
+            tw_stats_inc(tcp->super.stats, TW_TL_STAT_TX_MSGS);
+            tw_stats_add(tcp->super.stats, TW_TL_STAT_TX_BYTES, len);
+        }
+        if (d.done) {
+            return d.st;
+        }
+    }
+    f = tw_tcp_frame_get(NULL, head_len);
+    if (f == NULL) {
+        tw_error("tcp", "cannot allocate a frame of %zu bytes for rank %d", head_len, peer);
+        return TW_ERR_NOMEM;
+    }
+    tw_tcp_frame_fill(f, peer, am_id, hdr, hdr_len, data, len, copy, comp);
+    size_t alloc_len = f->alloc_len;
+    atomic_fetch_add_explicit(&lane->cmds, 1, memory_order_relaxed);
+    tw_status_t st =
+        tw_tl_submit(&tcp->super, lane->pe, tw_tcp_enqueue_cmd, lane, f, alloc_len, len);
+    if (st != TW_OK) {
+        atomic_fetch_sub_explicit(&lane->cmds, 1, memory_order_relaxed);
+    }
+    return st;
+}
+
+tw_status_t tw_tcp_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                            size_t hdr_len, const void *data, size_t len)
+{
+    if (hdr_len + len > iface->attr.max_short) {
+        return TW_ERR_INVALID;
+    }
+    return tw_tcp_post((tw_tcp_iface_t *)iface, peer, am_id, hdr, hdr_len, data, len, true, NULL);
+}
+
+tw_status_t tw_tcp_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
+                            size_t hdr_len, const void *data, size_t len, tw_tl_comp_t *comp)
+{
+    if (hdr_len > iface->attr.max_hdr || len > iface->attr.max_zcopy || comp == NULL) {
+        return TW_ERR_INVALID;
+    }
+    return tw_tcp_post((tw_tcp_iface_t *)iface, peer, am_id, hdr, hdr_len, data, len, false, comp);
+}
