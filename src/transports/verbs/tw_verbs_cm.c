@@ -343,8 +343,8 @@ void tw_verbs_ep_reset(tw_verbs_ep_t *ep)
     ep->state = TW_VERBS_EP_IDLE;
     ep->ready = false;
     ep->failed = false;
-    ep->transient = false;
-    ep->stuck = false;
+    ep->for_now = false;
+    ep->flush_overdue = false;
     ep->ping_ns = 0;
     if (ep->rgen != 0) {
         ep->rgen_min = ep->rgen + 1;
@@ -478,7 +478,7 @@ void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, size_t le
             }
         } else if (!ep->failed) {
             tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "it reported our connection failed", false);
-        } else if (ep->transient) {
+        } else if (ep->for_now) {
             tw_verbs_ep_final(ep, "it reported our connection failed");
         }
         return;
@@ -580,7 +580,7 @@ void tw_verbs_liveness(tw_verbs_dev_t *dev, uint64_t now)
             ep->last_ns = now;
             continue;
         }
-        if (ep->judge && now - ep->last_ns > t) {
+        if (ep->silence_fails && now - ep->last_ns > t) {
             char what[128];
             snprintf(what, sizeof(what),
                      "nothing heard for %.1f s (TW_VERBS_TIMEOUT): died, hung, stopped or "

@@ -92,7 +92,7 @@ void tw_verbs_fail_peer(tw_verbs_ep_t *ep, tw_status_t why, const char *what, bo
         return;
     }
     ep->failed = true;
-    ep->transient = fornow;
+    ep->for_now = fornow;
     atomic_store_explicit(&vb->down[ep->peer], fornow ? TW_VERBS_DOWN_FOR_NOW : TW_VERBS_DOWN_GONE,
                           memory_order_release);
     if (ep->ready) {
@@ -116,7 +116,7 @@ void tw_verbs_fail_peer(tw_verbs_ep_t *ep, tw_status_t why, const char *what, bo
     }
     if (fornow) {
         ep->fail_ns = tw_time_ns();
-        ep->stuck = false;
+        ep->flush_overdue = false;
         dev->nresets++;
     }
     if (tell && why != TW_OK && ep->qp != NULL &&
@@ -166,10 +166,10 @@ void tw_verbs_ep_final(tw_verbs_ep_t *ep, const char *what)
     tw_verbs_dev_t *dev = ep->dev;
     tw_verbs_iface_t *vb = dev->vb;
 
-    if (!ep->failed || !ep->transient) {
+    if (!ep->failed || !ep->for_now) {
         return;
     }
-    ep->transient = false;
+    ep->for_now = false;
     dev->nresets--;
     atomic_store_explicit(&vb->down[ep->peer], TW_VERBS_DOWN_GONE, memory_order_release);
     if (vb->closing) {
@@ -190,7 +190,7 @@ void tw_verbs_reset_check(tw_verbs_dev_t *dev)
     }
     for (int p = 0; p < vb->super.size && dev->nresets > 0; p++) {
         tw_verbs_ep_t *ep = &vb->eps[p];
-        if (ep->dev != dev || !ep->failed || !ep->transient) {
+        if (ep->dev != dev || !ep->failed || !ep->for_now) {
             continue;
         }
         if (ep->qp == NULL || ep->sq.posted == ep->sq.done) {
@@ -198,8 +198,8 @@ void tw_verbs_reset_check(tw_verbs_dev_t *dev)
             continue;
         }
         now = now != 0 ? now : tw_time_ns();
-        if (!ep->stuck && now - ep->fail_ns > TW_VERBS_CLOSE_NS) {
-            ep->stuck = true;
+        if (!ep->flush_overdue && now - ep->fail_ns > TW_VERBS_CLOSE_NS) {
+            ep->flush_overdue = true;
             tw_warn("verbs",
                     "%s: the QP to rank %d has not flushed %llu work requests in %.1f s: it "
                     "stays down until it does",

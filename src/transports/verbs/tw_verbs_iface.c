@@ -148,7 +148,7 @@ static tw_status_t tw_verbs_addr_connect(tw_tl_iface_t *iface, int peer, const v
     }
     ep->ah_attr.dlid = r->lid;
     ep->rud_qpn = r->ud_qpn;
-    ep->judge = (a.flags & TW_VERBS_ADDR_FLAG_THREAD) != 0;
+    ep->silence_fails = (a.flags & TW_VERBS_ADDR_FLAG_THREAD) != 0;
     ep->mtu = TW_MIN(dev->mtu, (enum ibv_mtu)r->mtu);
     return TW_OK;
 }

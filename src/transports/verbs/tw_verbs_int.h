@@ -158,15 +158,15 @@ typedef struct tw_verbs_ep {
     tw_verbs_dev_t *dev; /* set at open (addr_connect); any thread reads */
     int peer;            /* set at open */
     int state;
-    bool ready;       /* we may send: the peer's QP is connected to ours */
-    bool failed;      /* down (failed or left) */
-    bool transient;   /* failed for now (TW_ERR_TRANSPORT): reset once flushed */
-    bool stuck;       /* ... and its QP did not flush in time (logged once) */
-    bool left;        /* BYE received */
-    bool on_conn;     /* on dev->conns */
-    bool judge;       /* set at open: it runs progress threads: silence means failure */
-    uint64_t ping_ns; /* our last PING */
-    uint64_t last_ns; /* something arrived from it, or a send was acked */
+    bool ready;         /* we may send: the peer's QP is connected to ours */
+    bool failed;        /* down (failed or left) */
+    bool for_now;       /* failed for now (TW_ERR_TRANSPORT): reset once flushed */
+    bool flush_overdue; /* ... and its QP did not flush in time (logged once) */
+    bool left;          /* BYE received */
+    bool on_conn;       /* on dev->conns */
+    bool silence_fails; /* set at open: it runs progress threads, so silence means failure */
+    uint64_t ping_ns;   /* our last PING */
+    uint64_t last_ns;   /* something arrived from it, or a send was acked */
     struct ibv_qp *qp;
     struct ibv_ah *ah;          /* to the peer's UD QP */
     struct ibv_ah_attr ah_attr; /* set at open; the engine moves grh.sgid_index */
