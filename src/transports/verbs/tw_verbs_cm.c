@@ -70,7 +70,7 @@ static unsigned tw_verbs_qpn_slot(uint32_t qpn, unsigned cap)
     return (unsigned)((qpn * 2654435761u) & (cap - 1));
 }
 
-static bool tw_verbs_qpn_put(tw_verbs_dev_t *dev, uint32_t qpn, int peer)
+static tw_status_t tw_verbs_qpn_put(tw_verbs_dev_t *dev, uint32_t qpn, int peer)
 {
     unsigned i = tw_verbs_qpn_slot(qpn, dev->qpn_cap);
 
@@ -78,10 +78,10 @@ static bool tw_verbs_qpn_put(tw_verbs_dev_t *dev, uint32_t qpn, int peer)
         if (dev->qpn_vals[i] < 0 || dev->qpn_keys[i] == qpn) {
             dev->qpn_keys[i] = qpn;
             dev->qpn_vals[i] = peer;
-            return true;
+            return TW_OK;
         }
     }
-    return false;
+    return TW_ERR_NOMEM;
 }
 
 int tw_verbs_qpn_get(const tw_verbs_dev_t *dev, uint32_t qpn)
@@ -126,6 +126,38 @@ static void tw_verbs_qpn_del(tw_verbs_dev_t *dev, uint32_t qpn)
         }
     }
     dev->qpn_vals[hole] = -1;
+}
+
+/* The map of @p dev for @p size ranks: at most one QP per peer, at most
+ * half full. */
+tw_status_t tw_verbs_qpn_init(tw_verbs_dev_t *dev, int size)
+{
+    dev->qpn_cap = 16;
+    while (dev->qpn_cap < 2u * (unsigned)size) {
+        dev->qpn_cap *= 2;
+    }
+    dev->qpn_keys = tw_calloc(dev->qpn_cap, sizeof(*dev->qpn_keys));
+    dev->qpn_vals = tw_calloc(dev->qpn_cap, sizeof(*dev->qpn_vals));
+    if (dev->qpn_keys == NULL || dev->qpn_vals == NULL) {
+        tw_verbs_qpn_cleanup(dev);
+        return TW_ERR_NOMEM;
+    }
+    for (unsigned i = 0; i < dev->qpn_cap; i++) {
+        dev->qpn_vals[i] = -1;
+    }
+    return TW_OK;
+}
+
+void tw_verbs_qpn_cleanup(tw_verbs_dev_t *dev)
+{
+    if (dev->qpn_keys != NULL) {
+        tw_free(dev->qpn_keys, dev->qpn_cap * sizeof(*dev->qpn_keys));
+        dev->qpn_keys = NULL;
+    }
+    if (dev->qpn_vals != NULL) {
+        tw_free(dev->qpn_vals, dev->qpn_cap * sizeof(*dev->qpn_vals));
+        dev->qpn_vals = NULL;
+    }
 }
 
 /* ---- QP state machine ---------------------------------------------------- */
@@ -188,7 +220,9 @@ void tw_verbs_conn_unwatch(tw_verbs_ep_t *ep)
     tw_verbs_timer_update(dev);
 }
 
-static bool tw_verbs_qp_create(tw_verbs_ep_t *ep)
+/* @p ep's QP, in INIT (TW_VERBS_EP_INIT). TW_ERR_TRANSPORT,
+ * TW_ERR_NOMEM (logged). */
+static tw_status_t tw_verbs_qp_create(tw_verbs_ep_t *ep)
 {
     tw_verbs_dev_t *dev = ep->dev;
     struct ibv_qp_init_attr ia = {.send_cq = dev->cq,
@@ -205,6 +239,7 @@ static bool tw_verbs_qp_create(tw_verbs_ep_t *ep)
                             .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
                                                IBV_ACCESS_REMOTE_WRITE};
     uint32_t psn = 0;
+    tw_status_t st = TW_ERR_TRANSPORT;
     int rc;
 
     ep->qp = ibv_create_qp(dev->qp_pd, &ia);
@@ -217,22 +252,19 @@ static bool tw_verbs_qp_create(tw_verbs_ep_t *ep)
     }
     if (ep->qp == NULL) {
         tw_error("verbs", "%s: cannot create an RC QP for rank %d: %m", dev->name, ep->peer);
-        return false;
+        return TW_ERR_TRANSPORT;
     }
     rc = ibv_modify_qp(ep->qp, &a,
                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     if (rc != 0) {
         tw_error("verbs", "%s: RC QP for rank %d: INIT failed: %s", dev->name, ep->peer,
                  strerror(rc));
-        (void)ibv_destroy_qp(ep->qp);
-        ep->qp = NULL;
-        return false;
+        goto err_qp;
     }
-    if (!tw_verbs_qpn_put(dev, ep->qp->qp_num, ep->peer)) {
+    st = tw_verbs_qpn_put(dev, ep->qp->qp_num, ep->peer);
+    if (st != TW_OK) {
         tw_error("verbs", "%s: QP number table full", dev->name);
-        (void)ibv_destroy_qp(ep->qp);
-        ep->qp = NULL;
-        return false;
+        goto err_qp;
     }
     if (getrandom(&psn, sizeof(psn), 0) != (ssize_t)sizeof(psn)) {
         psn = (uint32_t)tw_time_ns();
@@ -240,12 +272,18 @@ static bool tw_verbs_qp_create(tw_verbs_ep_t *ep)
     ep->psn = psn & 0xffffffu;
     tw_verbs_credits_init(&ep->sq, dev->sq_depth);
     ep->state = TW_VERBS_EP_INIT;
-    return true;
+    return TW_OK;
+
+err_qp:
+    (void)ibv_destroy_qp(ep->qp);
+    ep->qp = NULL;
+    return st;
 }
 
 /* INIT -> RTR -> RTS toward the peer's QP @p rqpn, of its endpoint
- * generation @p rgen. */
-static bool tw_verbs_qp_connect(tw_verbs_ep_t *ep, uint32_t rqpn, uint32_t rpsn, uint32_t rgen)
+ * generation @p rgen. TW_ERR_TRANSPORT (logged). */
+static tw_status_t tw_verbs_qp_connect(tw_verbs_ep_t *ep, uint32_t rqpn, uint32_t rpsn,
+                                       uint32_t rgen)
 {
     tw_verbs_dev_t *dev = ep->dev;
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
@@ -262,7 +300,7 @@ static bool tw_verbs_qp_connect(tw_verbs_ep_t *ep, uint32_t rqpn, uint32_t rpsn,
     if (rc != 0) {
         tw_error("verbs", "%s: RC QP for rank %d: RTR failed: %s", dev->name, ep->peer,
                  strerror(rc));
-        return false;
+        return TW_ERR_TRANSPORT;
     }
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTS;
@@ -277,7 +315,7 @@ static bool tw_verbs_qp_connect(tw_verbs_ep_t *ep, uint32_t rqpn, uint32_t rpsn,
     if (rc != 0) {
         tw_error("verbs", "%s: RC QP for rank %d: RTS failed: %s", dev->name, ep->peer,
                  strerror(rc));
-        return false;
+        return TW_ERR_TRANSPORT;
     }
     ep->rqpn = rqpn;
     ep->rpsn = rpsn;
@@ -285,7 +323,7 @@ static bool tw_verbs_qp_connect(tw_verbs_ep_t *ep, uint32_t rqpn, uint32_t rpsn,
     ep->state = TW_VERBS_EP_CONNECTED;
     tw_debug("verbs", "%s: rank %d connected (QP %u -> %u, generations %u -> %u)", dev->name,
              ep->peer, ep->qp->qp_num, rqpn, ep->gen, rgen);
-    return true;
+    return TW_OK;
 }
 
 void tw_verbs_set_ready(tw_verbs_ep_t *ep)
@@ -307,7 +345,7 @@ void tw_verbs_connect(tw_verbs_ep_t *ep)
     if (ep->qp != NULL || ep->failed) {
         return;
     }
-    if (!tw_verbs_qp_create(ep)) {
+    if (tw_verbs_qp_create(ep) != TW_OK) {
         tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot create a QP", false);
         return;
     }
@@ -509,11 +547,12 @@ void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, size_t le
     }
     switch (c.type) {
     case TW_VERBS_C_REQ:
-        if (ep->qp == NULL && !tw_verbs_qp_create(ep)) {
+        if (ep->qp == NULL && tw_verbs_qp_create(ep) != TW_OK) {
             tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot create a QP", false);
             return;
         }
-        if (ep->state != TW_VERBS_EP_CONNECTED && !tw_verbs_qp_connect(ep, c.qpn, c.psn, c.gen)) {
+        if (ep->state != TW_VERBS_EP_CONNECTED &&
+            tw_verbs_qp_connect(ep, c.qpn, c.psn, c.gen) != TW_OK) {
             tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot connect the QP", false);
             return;
         }
@@ -526,7 +565,8 @@ void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, size_t le
         if (ep->qp == NULL) {
             return; /* we never asked */
         }
-        if (ep->state != TW_VERBS_EP_CONNECTED && !tw_verbs_qp_connect(ep, c.qpn, c.psn, c.gen)) {
+        if (ep->state != TW_VERBS_EP_CONNECTED &&
+            tw_verbs_qp_connect(ep, c.qpn, c.psn, c.gen) != TW_OK) {
             tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot connect the QP", false);
             return;
         }

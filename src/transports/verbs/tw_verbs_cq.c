@@ -140,7 +140,7 @@ void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc)
             tw_verbs_conn_recv(dev, dev->ud_pool + (size_t)idx * TW_VERBS_UD_BUF + TW_VERBS_GRH,
                                wc->byte_len - TW_VERBS_GRH);
         }
-        if (!vb->closing && !tw_verbs_ud_post_recv(dev, idx)) {
+        if (!vb->closing && tw_verbs_ud_post_recv(dev, idx) != TW_OK) {
             tw_warn("verbs", "%s: cannot re-post a UD receive", dev->name);
         }
         break;

@@ -7,6 +7,11 @@
  * not fit inline, and a few small ones for the UD QP; one SRQ shared by
  * every RC QP of the device; one CQ with a completion channel; one UD QP
  * for connection setup and liveness; a progress engine of its own.
+ *
+ * tw_verbs_dev_open acquires them in that order through helpers, each of
+ * which cleans up after itself; on failure it undoes what it got in
+ * reverse order, so a device either opens whole or leaves nothing behind,
+ * and tw_verbs_dev_close undoes a whole one with the same helpers.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,7 +60,7 @@ void tw_verbs_rx_refill(tw_verbs_dev_t *dev, bool all)
     }
 }
 
-bool tw_verbs_ud_post_recv(tw_verbs_dev_t *dev, uint32_t idx)
+tw_status_t tw_verbs_ud_post_recv(tw_verbs_dev_t *dev, uint32_t idx)
 {
     struct ibv_sge sge = {.addr = (uintptr_t)(dev->ud_pool + (size_t)idx * TW_VERBS_UD_BUF),
                           .length = TW_VERBS_UD_BUF,
@@ -65,7 +70,7 @@ bool tw_verbs_ud_post_recv(tw_verbs_dev_t *dev, uint32_t idx)
                              .num_sge = 1},
                        *bad;
 
-    return ibv_post_recv(dev->ud, &wr, &bad) == 0;
+    return ibv_post_recv(dev->ud, &wr, &bad) == 0 ? TW_OK : TW_ERR_TRANSPORT;
 }
 
 /* Arm the SRQ's limit event: a quarter of the receives left. Engine owner
@@ -93,8 +98,9 @@ void tw_verbs_srq_low(tw_verbs_dev_t *dev)
 
 /* ---- the UD QP, port and GID ----------------------------------------------- */
 
-/* The UD QP (new, or just reset) to RTS, with every receive posted. */
-bool tw_verbs_ud_up(tw_verbs_dev_t *dev)
+/* The UD QP (new, or just reset) to RTS, with every receive posted.
+ * TW_ERR_TRANSPORT (logged). */
+tw_status_t tw_verbs_ud_up(tw_verbs_dev_t *dev)
 {
     struct ibv_qp_attr a = {
         .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = dev->port, .qkey = dev->vb->qkey};
@@ -111,21 +117,21 @@ bool tw_verbs_ud_up(tw_verbs_dev_t *dev)
     }
     if (rc != 0) {
         tw_error("verbs", "%s: cannot bring the UD QP up: %s", dev->name, strerror(rc));
-        return false;
+        return TW_ERR_TRANSPORT;
     }
     for (unsigned i = 0; i < TW_VERBS_UD_RX; i++) {
-        if (!tw_verbs_ud_post_recv(dev, i)) {
+        if (tw_verbs_ud_post_recv(dev, i) != TW_OK) {
             tw_error("verbs", "%s: cannot post UD receives", dev->name);
-            return false;
+            return TW_ERR_TRANSPORT;
         }
     }
-    return true;
+    return TW_OK;
 }
 
 /* Choose the GID: TW_VERBS_GID_INDEX, else on Ethernet the first
  * IPv4-mapped RoCE v2 GID of slots 0-15 (then any RoCE v2, then any
- * non-zero); on InfiniBand slot 0. */
-static bool tw_verbs_pick_gid(tw_verbs_dev_t *dev, const struct ibv_port_attr *pa)
+ * non-zero); on InfiniBand slot 0. TW_ERR_TRANSPORT (logged). */
+static tw_status_t tw_verbs_pick_gid(tw_verbs_dev_t *dev, const struct ibv_port_attr *pa)
 {
     int want = dev->vb->cfg.gid_index, best = -1, rank_best = 0;
     int scan = TW_MIN(pa->gid_tbl_len, TW_VERBS_GID_SCAN);
@@ -134,10 +140,10 @@ static bool tw_verbs_pick_gid(tw_verbs_dev_t *dev, const struct ibv_port_attr *p
         if (want >= pa->gid_tbl_len || ibv_query_gid(dev->ctx, dev->port, want, &dev->gid) != 0) {
             tw_error("verbs", "%s: TW_VERBS_GID_INDEX=%d is not a GID of port %u", dev->name, want,
                      dev->port);
-            return false;
+            return TW_ERR_TRANSPORT;
         }
         dev->gid_index = want;
-        return true;
+        return TW_OK;
     }
     for (int i = 0; i < scan; i++) {
         struct ibv_gid_entry e;
@@ -173,37 +179,34 @@ static bool tw_verbs_pick_gid(tw_verbs_dev_t *dev, const struct ibv_port_attr *p
     if (best < 0) {
         tw_error("verbs", "%s: port %u has no usable GID among indexes 0-%d", dev->name, dev->port,
                  scan - 1);
-        return false;
+        return TW_ERR_TRANSPORT;
     }
     dev->gid_index = best;
-    return true;
+    return TW_OK;
 }
 
 /* ---- open, close ----------------------------------------------------------- */
 
-tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev, struct ibv_device *ibdev,
-                              int want_port, const tw_tl_params_t *params)
+/* Open @p ibdev, take its first active port (or @p want_port) and choose
+ * the GID; @p da gets the device's attributes. */
+static tw_status_t tw_verbs_dev_port_open(tw_verbs_dev_t *dev, struct ibv_device *ibdev,
+                                          int want_port, struct ibv_device_attr *da)
 {
-    struct ibv_device_attr da;
     struct ibv_port_attr pa;
-    tw_status_t st;
+    struct ibv_gid_entry e;
+    tw_status_t st = TW_ERR_TRANSPORT;
     int rc;
 
-    dev->vb = vb;
-    dev->timer_fd = -1;
-    dev->handles.next = dev->handles.prev = &dev->handles;
-    dev->rsend_free = UINT32_MAX;
-    snprintf(dev->name, sizeof(dev->name), "%s", ibv_get_device_name(ibdev));
     dev->ctx = ibv_open_device(ibdev);
     if (dev->ctx == NULL) {
         tw_error("verbs", "cannot open %s: %m", dev->name);
         return TW_ERR_TRANSPORT;
     }
-    if ((rc = ibv_query_device(dev->ctx, &da)) != 0) {
+    if ((rc = ibv_query_device(dev->ctx, da)) != 0) {
         tw_error("verbs", "%s: ibv_query_device failed: %s", dev->name, strerror(rc));
-        return TW_ERR_TRANSPORT;
+        goto err_ctx;
     }
-    for (int p = want_port > 0 ? want_port : 1; p <= da.phys_port_cnt; p++) {
+    for (int p = want_port > 0 ? want_port : 1; p <= da->phys_port_cnt; p++) {
         if (ibv_query_port(dev->ctx, (uint8_t)p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE) {
             dev->port = (uint8_t)p;
             break;
@@ -214,40 +217,60 @@ tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev, struct 
     }
     if (dev->port == 0) {
         tw_error("verbs", "%s: no active port%s", dev->name, want_port > 0 ? " (as named)" : "");
-        return TW_ERR_TRANSPORT;
+        goto err_ctx;
     }
     dev->link = pa.link_layer == IBV_LINK_LAYER_ETHERNET ? TW_VERBS_LINK_ETH : TW_VERBS_LINK_IB;
     dev->lid = pa.lid;
     dev->mtu = pa.active_mtu;
     dev->max_msg = pa.max_msg_sz;
-    if (!tw_verbs_pick_gid(dev, &pa)) {
-        return TW_ERR_TRANSPORT;
+    st = tw_verbs_pick_gid(dev, &pa);
+    if (st != TW_OK) {
+        goto err_ctx;
     }
-    {
-        struct ibv_gid_entry e;
-        dev->gid_type = ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)dev->gid_index, &e, 0) == 0
-                            ? (int)e.gid_type
-                            : -1;
-    }
+    dev->gid_type = ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)dev->gid_index, &e, 0) == 0
+                        ? (int)e.gid_type
+                        : -1;
     if (dev->link == TW_VERBS_LINK_IB && dev->lid == 0) {
         tw_error("verbs", "%s: InfiniBand port %u has no LID (no subnet manager?)", dev->name,
                  dev->port);
-        return TW_ERR_TRANSPORT;
+        st = TW_ERR_TRANSPORT;
+        goto err_ctx;
     }
-    dev->sq_depth = (uint32_t)TW_MIN(vb->cfg.sq_depth, (uint64_t)da.max_qp_wr);
-    dev->rd_atomic = (uint32_t)TW_MIN(16, TW_MIN(da.max_qp_rd_atom, da.max_qp_init_rd_atom));
+    return TW_OK;
+
+err_ctx:
+    (void)ibv_close_device(dev->ctx);
+    dev->ctx = NULL;
+    return st;
+}
+
+/* Queue depths: TW_VERBS_* as far as the device allows. */
+static void tw_verbs_dev_limits(tw_verbs_dev_t *dev, const struct ibv_device_attr *da)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+
+    dev->sq_depth = (uint32_t)TW_MIN(vb->cfg.sq_depth, (uint64_t)da->max_qp_wr);
+    dev->rd_atomic = (uint32_t)TW_MIN(16, TW_MIN(da->max_qp_rd_atom, da->max_qp_init_rd_atom));
     if (dev->rd_atomic == 0) {
         dev->rd_atomic = 1;
     }
     dev->max_inline = TW_VERBS_INLINE_WANT;
-    dev->rx_depth = (unsigned)TW_MIN(vb->cfg.rx_depth, (uint64_t)da.max_srq_wr);
+    dev->rx_depth = (unsigned)TW_MIN(vb->cfg.rx_depth, (uint64_t)da->max_srq_wr);
+}
+
+/* The PD and, where the provider has them (and TW_VERBS_TD), a thread
+ * domain with a parent domain for the QPs: the engine owns them, so the
+ * provider may drop its own locks. Without them, a plain PD, logged at
+ * debug level (rxe has single-threaded CQs but no thread domains). */
+static tw_status_t tw_verbs_dev_pd_open(tw_verbs_dev_t *dev)
+{
     dev->pd = ibv_alloc_pd(dev->ctx);
     if (dev->pd == NULL) {
         tw_error("verbs", "%s: cannot allocate a PD: %m", dev->name);
         return TW_ERR_TRANSPORT;
     }
     dev->qp_pd = dev->pd;
-    if (vb->cfg.td) {
+    if (dev->vb->cfg.td) {
         struct ibv_td_init_attr ta = {0};
         dev->td = ibv_alloc_td(dev->ctx, &ta);
         if (dev->td != NULL) {
@@ -266,93 +289,53 @@ tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev, struct 
                      dev->name);
         }
     }
-    dev->chan = ibv_create_comp_channel(dev->ctx);
-    if (dev->chan == NULL) {
-        tw_error("verbs", "%s: cannot create a completion channel: %m", dev->name);
-        return TW_ERR_TRANSPORT;
+    return TW_OK;
+}
+
+static void tw_verbs_dev_pd_close(tw_verbs_dev_t *dev)
+{
+    if (dev->qp_pd != dev->pd) {
+        (void)ibv_dealloc_pd(dev->qp_pd);
     }
-    (void)fcntl(dev->chan->fd, F_SETFL, fcntl(dev->chan->fd, F_GETFL) | O_NONBLOCK);
-    {
-        /* One CQ holds every completion the device can owe at once: the
-         * receives, the UD queues and each peer's send credits. Where the
-         * device's CQ cannot, the per-peer credits shrink to fit (a full
-         * CQ overruns: CQ_ERR, and the device is lost). */
-        uint64_t fixed = (uint64_t)dev->rx_depth + TW_VERBS_UD_RX + TW_VERBS_UD_TX;
-        uint64_t peers = params->size > 1 ? (uint64_t)params->size - 1 : 1;
-        if (fixed + (uint64_t)dev->sq_depth * peers > (uint64_t)da.max_cqe) {
-            uint64_t room = (uint64_t)da.max_cqe > fixed ? (uint64_t)da.max_cqe - fixed : 0;
-            uint32_t sq = (uint32_t)TW_MAX(room / peers, 1);
-            if (room / peers == 0) {
-                tw_warn("verbs",
-                        "%s: its CQ (%d entries) cannot hold one send per peer besides %llu "
-                        "receives: lower TW_VERBS_RX_DEPTH for %llu peers",
-                        dev->name, da.max_cqe, (unsigned long long)fixed,
-                        (unsigned long long)peers);
-            } else {
-                tw_info("verbs",
-                        "%s: %u sends in flight per peer (not %u): its CQ holds %d entries for "
-                        "%llu peers",
-                        dev->name, sq, dev->sq_depth, da.max_cqe, (unsigned long long)peers);
-            }
-            dev->sq_depth = sq;
-        }
-        int cqe = (int)TW_MIN((uint64_t)da.max_cqe, fixed + (uint64_t)dev->sq_depth * peers);
-        struct ibv_cq_init_attr_ex ca = {.cqe = (uint32_t)cqe,
-                                         .cq_context = dev,
-                                         .channel = dev->chan,
-                                         .comp_vector = 0,
-                                         .wc_flags = IBV_WC_STANDARD_FLAGS,
-                                         .comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
-                                         .flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED};
-        if (dev->td != NULL) {
-            ca.comp_mask |= IBV_CQ_INIT_ATTR_MASK_PD;
-            ca.parent_domain = dev->qp_pd;
-        }
-        dev->cqx = vb->cfg.td ? ibv_create_cq_ex(dev->ctx, &ca) : NULL;
-        if (dev->cqx != NULL) {
-            dev->cq = ibv_cq_ex_to_cq(dev->cqx);
-        } else {
-            if (vb->cfg.td) {
-                tw_debug("verbs", "%s: no single-threaded CQ (%m): a plain one", dev->name);
-            }
-            dev->cq = ibv_create_cq(dev->ctx, cqe, dev, dev->chan, 0);
-        }
-        if (dev->cq == NULL) {
-            tw_error("verbs", "%s: cannot create a CQ of %d entries: %m", dev->name, cqe);
-            return TW_ERR_TRANSPORT;
-        }
+    if (dev->td != NULL) {
+        (void)ibv_dealloc_td(dev->td);
     }
-    {
-        struct ibv_srq_init_attr sa = {.attr = {.max_wr = dev->rx_depth, .max_sge = 1}};
-        dev->srq = ibv_create_srq(dev->pd, &sa);
-        if (dev->srq == NULL) {
-            tw_error("verbs", "%s: cannot create an SRQ of %u: %m", dev->name, dev->rx_depth);
-            return TW_ERR_TRANSPORT;
-        }
+    (void)ibv_dealloc_pd(dev->pd);
+}
+
+/* What tw_verbs_dev_pool_open allocated (any of it). */
+static void tw_verbs_dev_pool_free(tw_verbs_dev_t *dev)
+{
+    if (dev->pool != NULL) {
+        tw_free_aligned(dev->pool, 4096, dev->pool_len);
     }
-    /* Buffers: receives, sends, then UD receives and sends. */
+    if (dev->rx_free != NULL) {
+        tw_free(dev->rx_free, dev->rx_depth * sizeof(*dev->rx_free));
+    }
+    if (dev->tx_free != NULL) {
+        tw_free(dev->tx_free, TW_VERBS_TX_BUFS * sizeof(*dev->tx_free));
+    }
+}
+
+/* The buffers, registered: receives, sends, then UD receives and sends;
+ * every one free. */
+static tw_status_t tw_verbs_dev_pool_open(tw_verbs_dev_t *dev)
+{
+    tw_status_t st = TW_ERR_NOMEM;
+
     dev->pool_len = (size_t)(dev->rx_depth + TW_VERBS_TX_BUFS) * TW_VERBS_SEG +
                     (size_t)(TW_VERBS_UD_RX + TW_VERBS_UD_TX) * TW_VERBS_UD_BUF;
     dev->pool = tw_malloc_aligned(4096, dev->pool_len);
     dev->rx_free = tw_calloc(dev->rx_depth, sizeof(*dev->rx_free));
     dev->tx_free = tw_calloc(TW_VERBS_TX_BUFS, sizeof(*dev->tx_free));
-    dev->qpn_cap = 16;
-    while (dev->qpn_cap < 2u * (unsigned)params->size) {
-        dev->qpn_cap *= 2;
-    }
-    dev->qpn_keys = tw_calloc(dev->qpn_cap, sizeof(*dev->qpn_keys));
-    dev->qpn_vals = tw_calloc(dev->qpn_cap, sizeof(*dev->qpn_vals));
-    if (dev->pool == NULL || dev->rx_free == NULL || dev->tx_free == NULL ||
-        dev->qpn_keys == NULL || dev->qpn_vals == NULL) {
-        return TW_ERR_NOMEM;
-    }
-    for (unsigned i = 0; i < dev->qpn_cap; i++) {
-        dev->qpn_vals[i] = -1;
+    if (dev->pool == NULL || dev->rx_free == NULL || dev->tx_free == NULL) {
+        goto err_mem;
     }
     dev->pool_mr = ibv_reg_mr(dev->pd, dev->pool, dev->pool_len, IBV_ACCESS_LOCAL_WRITE);
     if (dev->pool_mr == NULL) {
         tw_error("verbs", "%s: cannot register %zu bytes of buffers: %m", dev->name, dev->pool_len);
-        return TW_ERR_TRANSPORT;
+        st = TW_ERR_TRANSPORT;
+        goto err_mem;
     }
     dev->ud_pool = dev->pool + (size_t)(dev->rx_depth + TW_VERBS_TX_BUFS) * TW_VERBS_SEG;
     for (unsigned i = 0; i < dev->rx_depth; i++) {
@@ -364,50 +347,229 @@ tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev, struct 
     for (unsigned i = 0; i < TW_VERBS_UD_TX; i++) {
         dev->ud_tx_free[dev->nud_tx_free++] = i;
     }
-    tw_verbs_rx_refill(dev, true);
-    /* The UD QP for connection setup. */
-    {
-        struct ibv_qp_init_attr ia = {.send_cq = dev->cq,
-                                      .recv_cq = dev->cq,
-                                      .qp_type = IBV_QPT_UD,
-                                      .sq_sig_all = 1,
-                                      .cap = {.max_send_wr = TW_VERBS_UD_TX,
-                                              .max_recv_wr = TW_VERBS_UD_RX,
-                                              .max_send_sge = 1,
-                                              .max_recv_sge = 1}};
-        dev->ud = ibv_create_qp(dev->qp_pd, &ia);
-        if (dev->ud == NULL) {
-            tw_error("verbs", "%s: cannot create the UD QP: %m", dev->name);
-            return TW_ERR_TRANSPORT;
+    return TW_OK;
+
+err_mem:
+    tw_verbs_dev_pool_free(dev);
+    return st;
+}
+
+static void tw_verbs_dev_pool_close(tw_verbs_dev_t *dev)
+{
+    (void)ibv_dereg_mr(dev->pool_mr);
+    tw_verbs_dev_pool_free(dev);
+}
+
+/* CQ entries: one CQ holds every completion the device can owe at once:
+ * the receives, the UD queues and each peer's send credits. Where the
+ * device's CQ cannot, the per-peer credits shrink to fit (a full CQ
+ * overruns: CQ_ERR, and the device is lost). */
+static int tw_verbs_dev_cq_size(tw_verbs_dev_t *dev, const struct ibv_device_attr *da, int size)
+{
+    uint64_t fixed = (uint64_t)dev->rx_depth + TW_VERBS_UD_RX + TW_VERBS_UD_TX;
+    uint64_t peers = size > 1 ? (uint64_t)size - 1 : 1;
+
+    if (fixed + (uint64_t)dev->sq_depth * peers > (uint64_t)da->max_cqe) {
+        uint64_t room = (uint64_t)da->max_cqe > fixed ? (uint64_t)da->max_cqe - fixed : 0;
+        uint32_t sq = (uint32_t)TW_MAX(room / peers, 1);
+        if (room / peers == 0) {
+            tw_warn("verbs",
+                    "%s: its CQ (%d entries) cannot hold one send per peer besides %llu "
+                    "receives: lower TW_VERBS_RX_DEPTH for %llu peers",
+                    dev->name, da->max_cqe, (unsigned long long)fixed, (unsigned long long)peers);
+        } else {
+            tw_info("verbs",
+                    "%s: %u sends in flight per peer (not %u): its CQ holds %d entries for "
+                    "%llu peers",
+                    dev->name, sq, dev->sq_depth, da->max_cqe, (unsigned long long)peers);
         }
-        if (!tw_verbs_ud_up(dev)) {
-            return TW_ERR_TRANSPORT;
-        }
+        dev->sq_depth = sq;
     }
-    /* Its engine. */
-    {
-        tw_pe_params_t p = *params->pe_params;
-        char name[80];
-        snprintf(name, sizeof(name), "hca:%s", dev->name);
-        p.name = name;
-        p.bind_package = -1;
-        st = tw_pe_create(&p, &dev->pe);
-        if (st != TW_OK) {
-            dev->pe = NULL;
-            return st;
+    return (int)TW_MIN((uint64_t)da->max_cqe, fixed + (uint64_t)dev->sq_depth * peers);
+}
+
+/* The completion channel (non-blocking: the engine sleeps on its fd) and
+ * the CQ, single-threaded where the provider has that (and TW_VERBS_TD),
+ * else a plain one (logged at debug level). */
+static tw_status_t tw_verbs_dev_cq_open(tw_verbs_dev_t *dev, const struct ibv_device_attr *da,
+                                        int size)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+
+    dev->chan = ibv_create_comp_channel(dev->ctx);
+    if (dev->chan == NULL) {
+        tw_error("verbs", "%s: cannot create a completion channel: %m", dev->name);
+        return TW_ERR_TRANSPORT;
+    }
+    (void)fcntl(dev->chan->fd, F_SETFL, fcntl(dev->chan->fd, F_GETFL) | O_NONBLOCK);
+    int cqe = tw_verbs_dev_cq_size(dev, da, size);
+    struct ibv_cq_init_attr_ex ca = {.cqe = (uint32_t)cqe,
+                                     .cq_context = dev,
+                                     .channel = dev->chan,
+                                     .comp_vector = 0,
+                                     .wc_flags = IBV_WC_STANDARD_FLAGS,
+                                     .comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
+                                     .flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED};
+    if (dev->td != NULL) {
+        ca.comp_mask |= IBV_CQ_INIT_ATTR_MASK_PD;
+        ca.parent_domain = dev->qp_pd;
+    }
+    dev->cqx = vb->cfg.td ? ibv_create_cq_ex(dev->ctx, &ca) : NULL;
+    if (dev->cqx != NULL) {
+        dev->cq = ibv_cq_ex_to_cq(dev->cqx);
+    } else {
+        if (vb->cfg.td) {
+            tw_debug("verbs", "%s: no single-threaded CQ (%m): a plain one", dev->name);
         }
-        dev->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-        if (dev->timer_fd < 0) {
-            tw_error("verbs", "cannot make a timer: %m");
-            return TW_ERR_TRANSPORT;
-        }
-        st = tw_pe_add(dev->pe, tw_verbs_dev_progress, dev, dev->chan->fd);
-        if (st == TW_OK) {
-            st = tw_pe_watch(dev->pe, dev->timer_fd);
-        }
-        if (st != TW_OK) {
-            return st;
-        }
+        dev->cq = ibv_create_cq(dev->ctx, cqe, dev, dev->chan, 0);
+    }
+    if (dev->cq == NULL) {
+        tw_error("verbs", "%s: cannot create a CQ of %d entries: %m", dev->name, cqe);
+        goto err_chan;
+    }
+    return TW_OK;
+
+err_chan:
+    (void)ibv_destroy_comp_channel(dev->chan);
+    dev->chan = NULL;
+    return TW_ERR_TRANSPORT;
+}
+
+static void tw_verbs_dev_cq_close(tw_verbs_dev_t *dev)
+{
+    (void)ibv_destroy_cq(dev->cq);
+    (void)ibv_destroy_comp_channel(dev->chan);
+}
+
+/* The SRQ, full. */
+static tw_status_t tw_verbs_dev_srq_open(tw_verbs_dev_t *dev)
+{
+    struct ibv_srq_init_attr sa = {.attr = {.max_wr = dev->rx_depth, .max_sge = 1}};
+
+    dev->srq = ibv_create_srq(dev->pd, &sa);
+    if (dev->srq == NULL) {
+        tw_error("verbs", "%s: cannot create an SRQ of %u: %m", dev->name, dev->rx_depth);
+        return TW_ERR_TRANSPORT;
+    }
+    tw_verbs_rx_refill(dev, true);
+    return TW_OK;
+}
+
+/* The UD QP for connection setup, up. */
+static tw_status_t tw_verbs_dev_ud_open(tw_verbs_dev_t *dev)
+{
+    struct ibv_qp_init_attr ia = {.send_cq = dev->cq,
+                                  .recv_cq = dev->cq,
+                                  .qp_type = IBV_QPT_UD,
+                                  .sq_sig_all = 1,
+                                  .cap = {.max_send_wr = TW_VERBS_UD_TX,
+                                          .max_recv_wr = TW_VERBS_UD_RX,
+                                          .max_send_sge = 1,
+                                          .max_recv_sge = 1}};
+    tw_status_t st;
+
+    dev->ud = ibv_create_qp(dev->qp_pd, &ia);
+    if (dev->ud == NULL) {
+        tw_error("verbs", "%s: cannot create the UD QP: %m", dev->name);
+        return TW_ERR_TRANSPORT;
+    }
+    st = tw_verbs_ud_up(dev);
+    if (st != TW_OK) {
+        goto err_qp;
+    }
+    return TW_OK;
+
+err_qp:
+    (void)ibv_destroy_qp(dev->ud);
+    dev->ud = NULL;
+    return st;
+}
+
+/* The device's engine (not started: tw_verbs_ready does that), woken by
+ * the completion channel and by the timerfd of connection setup and
+ * liveness (tw_verbs_timer_update). */
+static tw_status_t tw_verbs_dev_engine_open(tw_verbs_dev_t *dev, const tw_tl_params_t *params)
+{
+    tw_pe_params_t p = *params->pe_params;
+    char name[80];
+    tw_status_t st;
+
+    snprintf(name, sizeof(name), "hca:%s", dev->name);
+    p.name = name;
+    p.bind_package = -1;
+    st = tw_pe_create(&p, &dev->pe);
+    if (st != TW_OK) {
+        dev->pe = NULL;
+        return st;
+    }
+    dev->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (dev->timer_fd < 0) {
+        tw_error("verbs", "cannot make a timer: %m");
+        st = TW_ERR_TRANSPORT;
+        goto err_pe;
+    }
+    st = tw_pe_add(dev->pe, tw_verbs_dev_progress, dev, dev->chan->fd);
+    if (st == TW_OK) {
+        st = tw_pe_watch(dev->pe, dev->timer_fd);
+    }
+    if (st != TW_OK) {
+        goto err_timer;
+    }
+    return TW_OK;
+
+err_timer:
+    close(dev->timer_fd);
+    dev->timer_fd = -1;
+err_pe:
+    tw_pe_destroy(dev->pe);
+    dev->pe = NULL;
+    return st;
+}
+
+/* Open device @p ibdev as @p dev (whole, or nothing is left of it). */
+tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev, struct ibv_device *ibdev,
+                              int want_port, const tw_tl_params_t *params)
+{
+    struct ibv_device_attr da;
+    tw_status_t st;
+
+    dev->vb = vb;
+    dev->timer_fd = -1;
+    dev->handles.next = dev->handles.prev = &dev->handles;
+    dev->rsend_free = UINT32_MAX;
+    snprintf(dev->name, sizeof(dev->name), "%s", ibv_get_device_name(ibdev));
+    st = tw_verbs_dev_port_open(dev, ibdev, want_port, &da);
+    if (st != TW_OK) {
+        return st;
+    }
+    tw_verbs_dev_limits(dev, &da);
+    st = tw_verbs_dev_pd_open(dev);
+    if (st != TW_OK) {
+        goto err_ctx;
+    }
+    st = tw_verbs_dev_pool_open(dev);
+    if (st != TW_OK) {
+        goto err_pd;
+    }
+    st = tw_verbs_qpn_init(dev, params->size);
+    if (st != TW_OK) {
+        goto err_pool;
+    }
+    st = tw_verbs_dev_cq_open(dev, &da, params->size);
+    if (st != TW_OK) {
+        goto err_qpn;
+    }
+    st = tw_verbs_dev_srq_open(dev);
+    if (st != TW_OK) {
+        goto err_cq;
+    }
+    st = tw_verbs_dev_ud_open(dev);
+    if (st != TW_OK) {
+        goto err_srq;
+    }
+    st = tw_verbs_dev_engine_open(dev, params);
+    if (st != TW_OK) {
+        goto err_ud;
     }
     tw_debug("verbs",
              "%s port %u: %s, MTU %d, LID %u, GID index %d, thread domain %s, CQ %s, "
@@ -416,6 +578,22 @@ tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev, struct 
              128 << dev->mtu, dev->lid, dev->gid_index, dev->td != NULL ? "yes" : "no",
              dev->cqx != NULL ? "single-threaded" : "plain", dev->max_inline);
     return TW_OK;
+
+err_ud:
+    (void)ibv_destroy_qp(dev->ud);
+err_srq:
+    (void)ibv_destroy_srq(dev->srq);
+err_cq:
+    tw_verbs_dev_cq_close(dev);
+err_qpn:
+    tw_verbs_qpn_cleanup(dev);
+err_pool:
+    tw_verbs_dev_pool_close(dev);
+err_pd:
+    tw_verbs_dev_pd_close(dev);
+err_ctx:
+    (void)ibv_close_device(dev->ctx);
+    return st;
 }
 
 /* Work requests of @p dev still to complete (QPs draining at close). */
@@ -423,7 +601,7 @@ bool tw_verbs_dev_busy(tw_verbs_dev_t *dev)
 {
     tw_verbs_iface_t *vb = dev->vb;
 
-    for (int p = 0; vb->eps != NULL && p < vb->super.size; p++) {
+    for (int p = 0; p < vb->super.size; p++) {
         if (vb->eps[p].dev != dev) {
             continue;
         }
@@ -435,17 +613,15 @@ bool tw_verbs_dev_busy(tw_verbs_dev_t *dev)
     return false;
 }
 
+/* Undo tw_verbs_dev_open, with the QPs and address handles of the
+ * device's peers: its engine is gone (iface_close destroyed it), and so
+ * are the registrations on its PD (tw_verbs_dev_release_handles, the
+ * cache). */
 void tw_verbs_dev_close(tw_verbs_dev_t *dev)
 {
     tw_verbs_iface_t *vb = dev->vb;
 
-    if (vb == NULL) {
-        return; /* never opened */
-    }
-    for (int p = 0; vb->eps != NULL && p < vb->super.size; p++) {
-        if (vb->eps[p].dev != dev) {
-            continue;
-        }
+    for (int p = 0; p < vb->super.size; p++) {
         tw_verbs_ep_t *ep = &vb->eps[p];
         if (ep->dev != dev) {
             continue;
@@ -460,49 +636,12 @@ void tw_verbs_dev_close(tw_verbs_dev_t *dev)
     if (dev->rsends != NULL) {
         tw_free(dev->rsends, dev->nrsends * sizeof(*dev->rsends));
     }
-    if (dev->ud != NULL) {
-        (void)ibv_destroy_qp(dev->ud);
-    }
-    if (dev->srq != NULL) {
-        (void)ibv_destroy_srq(dev->srq);
-    }
-    if (dev->cq != NULL) {
-        (void)ibv_destroy_cq(dev->cq);
-    }
-    if (dev->chan != NULL) {
-        (void)ibv_destroy_comp_channel(dev->chan);
-    }
-    if (dev->pool_mr != NULL) {
-        (void)ibv_dereg_mr(dev->pool_mr);
-    }
-    if (dev->pool != NULL) {
-        tw_free_aligned(dev->pool, 4096, dev->pool_len);
-    }
-    if (dev->rx_free != NULL) {
-        tw_free(dev->rx_free, dev->rx_depth * sizeof(*dev->rx_free));
-    }
-    if (dev->tx_free != NULL) {
-        tw_free(dev->tx_free, TW_VERBS_TX_BUFS * sizeof(*dev->tx_free));
-    }
-    if (dev->qpn_keys != NULL) {
-        tw_free(dev->qpn_keys, dev->qpn_cap * sizeof(*dev->qpn_keys));
-    }
-    if (dev->qpn_vals != NULL) {
-        tw_free(dev->qpn_vals, dev->qpn_cap * sizeof(*dev->qpn_vals));
-    }
-    if (dev->qp_pd != NULL && dev->qp_pd != dev->pd) {
-        (void)ibv_dealloc_pd(dev->qp_pd);
-    }
-    if (dev->td != NULL) {
-        (void)ibv_dealloc_td(dev->td);
-    }
-    if (dev->pd != NULL) {
-        (void)ibv_dealloc_pd(dev->pd);
-    }
-    if (dev->ctx != NULL) {
-        (void)ibv_close_device(dev->ctx);
-    }
-    if (dev->timer_fd >= 0) {
-        close(dev->timer_fd);
-    }
+    (void)ibv_destroy_qp(dev->ud);
+    (void)ibv_destroy_srq(dev->srq);
+    tw_verbs_dev_cq_close(dev);
+    tw_verbs_qpn_cleanup(dev);
+    tw_verbs_dev_pool_close(dev);
+    tw_verbs_dev_pd_close(dev);
+    (void)ibv_close_device(dev->ctx);
+    close(dev->timer_fd);
 }

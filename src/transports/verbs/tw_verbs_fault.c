@@ -318,26 +318,26 @@ void tw_verbs_port_down(tw_verbs_dev_t *dev, const char *what)
  * datagram is posted while the netdev is down): through RESET, which
  * drops what was posted -- completions of that still coming carry the
  * old epoch and are ignored -- then the receives are posted again and the
- * send buffers are all free. Thread: engine. */
-static bool tw_verbs_ud_recover(tw_verbs_dev_t *dev)
+ * send buffers are all free. TW_ERR_TRANSPORT (logged). Thread: engine. */
+static tw_status_t tw_verbs_ud_recover(tw_verbs_dev_t *dev)
 {
     struct ibv_qp_attr a;
     struct ibv_qp_init_attr ia;
     int rc = ibv_query_qp(dev->ud, &a, IBV_QP_STATE, &ia);
 
     if (rc == 0 && a.qp_state == IBV_QPS_RTS) {
-        return true;
+        return TW_OK;
     }
     if (rc != 0) {
         tw_error("verbs", "%s: cannot query the UD QP: %s", dev->name, strerror(rc));
-        return false;
+        return TW_ERR_TRANSPORT;
     }
     tw_info("verbs", "%s: the UD QP is in state %d: bringing it back", dev->name, (int)a.qp_state);
     a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RESET};
     rc = ibv_modify_qp(dev->ud, &a, IBV_QP_STATE);
     if (rc != 0) {
         tw_error("verbs", "%s: cannot reset the UD QP: %s", dev->name, strerror(rc));
-        return false;
+        return TW_ERR_TRANSPORT;
     }
     dev->ud_epoch = (dev->ud_epoch + 1) & 0xffffffu;
     dev->nud_tx_free = 0;
@@ -402,7 +402,7 @@ void tw_verbs_port_check(tw_verbs_dev_t *dev)
             }
         }
     }
-    if (!tw_verbs_ud_recover(dev)) {
+    if (tw_verbs_ud_recover(dev) != TW_OK) {
         tw_error("verbs",
                  "%s port %u is active again, but connections cannot be set up: it "
                  "stays down",

@@ -218,9 +218,6 @@ static tw_status_t tw_verbs_iface_open(const tw_tl_params_t *params, tw_tl_iface
         tw_free(vb, sizeof(*vb));
         return st;
     }
-    for (int d = 0; d < TW_VERBS_MAX_DEVS; d++) {
-        vb->devs[d].timer_fd = -1;
-    }
     tw_cfg_set_defaults(&tw_verbs_cfg_table, &vb->cfg);
     if (tw_cfg_apply_env(&tw_verbs_cfg_table, &vb->cfg) != TW_OK) {
         st = TW_ERR_INVALID;
@@ -253,10 +250,10 @@ static tw_status_t tw_verbs_iface_open(const tw_tl_params_t *params, tw_tl_iface
         tw_verbs_dev_t *dev = &vb->devs[vb->ndev];
         dev->index = vb->ndev;
         st = tw_verbs_dev_open(vb, dev, list[i], port, params);
-        vb->ndev++; /* closed by iface_close either way */
         if (st != TW_OK) {
-            goto err;
+            goto err; /* (it left nothing open) */
         }
+        vb->ndev++;
     }
     if (vb->ndev == 0) {
         tw_error("verbs", "no RDMA device to open (TW_VERBS_DEVICES='%s')", vb->cfg.devices);

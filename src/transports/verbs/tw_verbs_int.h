@@ -319,12 +319,14 @@ tw_status_t tw_verbs_dev_open(tw_verbs_iface_t *vb, tw_verbs_dev_t *dev, struct 
 void tw_verbs_dev_close(tw_verbs_dev_t *dev);
 bool tw_verbs_dev_busy(tw_verbs_dev_t *dev);
 void tw_verbs_rx_refill(tw_verbs_dev_t *dev, bool all);
-bool tw_verbs_ud_post_recv(tw_verbs_dev_t *dev, uint32_t idx);
-bool tw_verbs_ud_up(tw_verbs_dev_t *dev);
+tw_status_t tw_verbs_ud_post_recv(tw_verbs_dev_t *dev, uint32_t idx);
+tw_status_t tw_verbs_ud_up(tw_verbs_dev_t *dev);
 void tw_verbs_srq_arm(tw_verbs_dev_t *dev);
 void tw_verbs_srq_low(tw_verbs_dev_t *dev);
 
 /* tw_verbs_cm.c: QP numbers, connection setup over UD, liveness */
+tw_status_t tw_verbs_qpn_init(tw_verbs_dev_t *dev, int size);
+void tw_verbs_qpn_cleanup(tw_verbs_dev_t *dev);
 int tw_verbs_qpn_get(const tw_verbs_dev_t *dev, uint32_t qpn);
 void tw_verbs_timer_update(tw_verbs_dev_t *dev);
 void tw_verbs_conn_unwatch(tw_verbs_ep_t *ep);
@@ -384,9 +386,9 @@ tw_status_t tw_verbs_qp_err_why(tw_verbs_dev_t *dev);
 void tw_verbs_async_event(void *arg, const struct ibv_async_event *ev);
 
 /* tw_verbs_mr.c: memory registration (but for tw_verbs_reg, Thread: any) */
-bool tw_verbs_reg(tw_verbs_dev_t *dev, const void *addr, size_t len, int access,
-                  struct ibv_mr **mr_p, tw_verbs_region_t **region_p, uint32_t *lkey_p,
-                  uint32_t *rkey_p);
+tw_status_t tw_verbs_reg(tw_verbs_dev_t *dev, const void *addr, size_t len, int access,
+                         struct ibv_mr **mr_p, tw_verbs_region_t **region_p, uint32_t *lkey_p,
+                         uint32_t *rkey_p);
 void tw_verbs_release_region(void *arg, tw_verbs_region_t *r);
 tw_status_t tw_verbs_mem_reg_op(tw_tl_iface_t *iface, void *addr, size_t len, void *key,
                                 size_t *key_len, void **handle);

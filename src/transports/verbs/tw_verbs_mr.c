@@ -15,10 +15,11 @@
 #include "transports/verbs/tw_verbs_int.h"
 
 /* An lkey (or rkey, for remote access) for [addr, addr + len): a cached
- * registration, or one made for this operation. */
-bool tw_verbs_reg(tw_verbs_dev_t *dev, const void *addr, size_t len, int access,
-                  struct ibv_mr **mr_p, tw_verbs_region_t **region_p, uint32_t *lkey_p,
-                  uint32_t *rkey_p)
+ * registration, or one made for this operation. TW_ERR_TRANSPORT
+ * (logged). Thread: engine. */
+tw_status_t tw_verbs_reg(tw_verbs_dev_t *dev, const void *addr, size_t len, int access,
+                         struct ibv_mr **mr_p, tw_verbs_region_t **region_p, uint32_t *lkey_p,
+                         uint32_t *rkey_p)
 {
     tw_verbs_region_t *r = tw_verbs_rcache_lookup(&dev->vb->rcache, addr, len);
 
@@ -26,17 +27,17 @@ bool tw_verbs_reg(tw_verbs_dev_t *dev, const void *addr, size_t len, int access,
         *region_p = r;
         *lkey_p = r->lkey[dev->index];
         *rkey_p = r->rkey[dev->index];
-        return true;
+        return TW_OK;
     }
     struct ibv_mr *mr = ibv_reg_mr(dev->pd, (void *)addr, len, access);
     if (mr == NULL) {
         tw_error("verbs", "%s: cannot register %zu bytes at %p: %m", dev->name, len, addr);
-        return false;
+        return TW_ERR_TRANSPORT;
     }
     *mr_p = mr;
     *lkey_p = mr->lkey;
     *rkey_p = mr->rkey;
-    return true;
+    return TW_OK;
 }
 
 /* The cache's release callback: a region's MRs on every device, and the

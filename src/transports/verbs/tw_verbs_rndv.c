@@ -137,8 +137,8 @@ static void tw_verbs_rndv_apply(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_co
         comp->cb(comp, TW_OK);
         return;
     }
-    if (!tw_verbs_reg(dev, dst, len, IBV_ACCESS_LOCAL_WRITE, &h->mr, &h->region, &lkey,
-                      &rkey_unused)) {
+    if (tw_verbs_reg(dev, dst, len, IBV_ACCESS_LOCAL_WRITE, &h->mr, &h->region, &lkey,
+                     &rkey_unused) != TW_OK) {
         tw_verbs_send_fin(dev, h->peer, h->sid, TW_ERR_TRANSPORT);
         tw_verbs_handle_free(h);
         comp->cb(comp, TW_ERR_TRANSPORT);
@@ -232,9 +232,6 @@ void tw_verbs_dev_release_handles(tw_verbs_dev_t *dev)
 {
     tw_verbs_iface_t *vb = dev->vb;
 
-    if (vb == NULL || dev->handles.next == NULL) {
-        return; /* never opened */
-    }
     while (dev->handles.next != &dev->handles) {
         tw_tl_rndv_t *h = dev->handles.next;
         if (h->mr != NULL) {

@@ -165,8 +165,8 @@ static bool tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
             f.raddr = (uint64_t)(uintptr_t)op->data;
             if (op->sid == 0) {
                 /* Once: a retry (no credit yet) keeps the registration. */
-                if (!tw_verbs_reg(dev, op->data, op->len, IBV_ACCESS_REMOTE_READ, &op->mr,
-                                  &op->region, &lkey, &op->rkey)) {
+                if (tw_verbs_reg(dev, op->data, op->len, IBV_ACCESS_REMOTE_READ, &op->mr,
+                                 &op->region, &lkey, &op->rkey) != TW_OK) {
                     atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
                     tw_verbs_op_release(dev, op);
                     op->comp->cb(op->comp, TW_ERR_TRANSPORT);
@@ -259,9 +259,9 @@ static bool tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
         const void *local = op->kind == TW_VERBS_OP_PUT ? op->data : op->dst;
         if (op->len > 0 && op->mr == NULL && op->region == NULL && op->kind != TW_VERBS_OP_READ &&
             /* A put's source is only read (it may be read-only memory). */
-            !tw_verbs_reg(dev, local, op->len,
-                          op->kind == TW_VERBS_OP_PUT ? 0 : IBV_ACCESS_LOCAL_WRITE, &op->mr,
-                          &op->region, &lkey, &rkey_unused)) {
+            tw_verbs_reg(dev, local, op->len,
+                         op->kind == TW_VERBS_OP_PUT ? 0 : IBV_ACCESS_LOCAL_WRITE, &op->mr,
+                         &op->region, &lkey, &rkey_unused) != TW_OK) {
             atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
             op->comp->cb(op->comp, TW_ERR_TRANSPORT);
             tw_verbs_op_free(op);
