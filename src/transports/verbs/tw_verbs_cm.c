@@ -473,6 +473,71 @@ void tw_verbs_conn_send(tw_verbs_ep_t *ep, uint8_t type)
     }
 }
 
+/* DOWN or RESET: the peer failed us, for good or for now. */
+static void tw_verbs_conn_recv_down(tw_verbs_ep_t *ep, const tw_verbs_conn_t *c)
+{
+    if (ep->state == TW_VERBS_EP_CONNECTED && c->gen == ep->rgen && ep->rqpn != c->qpn) {
+        return; /* not about our connection */
+    }
+    if (c->type == TW_VERBS_C_RESET) {
+        if (!ep->failed && ep->qp != NULL) {
+            tw_verbs_fail_peer(ep, TW_ERR_TRANSPORT, "it lost our connection (for now)", false);
+        }
+    } else if (!ep->failed) {
+        tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "it reported our connection failed", false);
+    } else if (ep->for_now) {
+        tw_verbs_ep_final(ep, "it reported our connection failed");
+    }
+}
+
+/* REQ, REP, RTU, PING or PONG of the connection we are in or making. */
+static void tw_verbs_conn_recv_setup(tw_verbs_ep_t *ep, const tw_verbs_conn_t *c)
+{
+    switch (c->type) {
+    case TW_VERBS_C_REQ:
+        if (ep->qp == NULL && tw_verbs_qp_create(ep) != TW_OK) {
+            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot create a QP", false);
+            return;
+        }
+        if (ep->state != TW_VERBS_EP_CONNECTED &&
+            tw_verbs_qp_connect(ep, c->qpn, c->psn, c->gen) != TW_OK) {
+            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot connect the QP", false);
+            return;
+        }
+        tw_verbs_conn_send(ep, TW_VERBS_C_REP);
+        if (!ep->ready) {
+            tw_verbs_conn_watch(ep); /* REP again until it answers */
+        }
+        break;
+    case TW_VERBS_C_REP:
+        if (ep->qp == NULL) {
+            return; /* we never asked */
+        }
+        if (ep->state != TW_VERBS_EP_CONNECTED &&
+            tw_verbs_qp_connect(ep, c->qpn, c->psn, c->gen) != TW_OK) {
+            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot connect the QP", false);
+            return;
+        }
+        tw_verbs_conn_send(ep, TW_VERBS_C_RTU);
+        tw_verbs_set_ready(ep);
+        break;
+    case TW_VERBS_C_RTU:
+        if (ep->state == TW_VERBS_EP_CONNECTED) {
+            tw_verbs_set_ready(ep);
+        }
+        break;
+    case TW_VERBS_C_PING:
+        if (ep->ready) {
+            tw_verbs_conn_send(ep, TW_VERBS_C_PONG);
+        }
+        break;
+    case TW_VERBS_C_PONG: /* its arrival was the point */
+        break;
+    default:
+        break;
+    }
+}
+
 /* A connection message arrived on @p dev's UD QP. */
 void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, size_t len)
 {
@@ -507,18 +572,7 @@ void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, size_t le
         return;
     }
     if (c.type == TW_VERBS_C_DOWN || c.type == TW_VERBS_C_RESET) {
-        if (ep->state == TW_VERBS_EP_CONNECTED && c.gen == ep->rgen && ep->rqpn != c.qpn) {
-            return; /* not about our connection */
-        }
-        if (c.type == TW_VERBS_C_RESET) {
-            if (!ep->failed && ep->qp != NULL) {
-                tw_verbs_fail_peer(ep, TW_ERR_TRANSPORT, "it lost our connection (for now)", false);
-            }
-        } else if (!ep->failed) {
-            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "it reported our connection failed", false);
-        } else if (ep->for_now) {
-            tw_verbs_ep_final(ep, "it reported our connection failed");
-        }
+        tw_verbs_conn_recv_down(ep, &c);
         return;
     }
     if (ep->failed) {
@@ -545,49 +599,7 @@ void tw_verbs_conn_recv(tw_verbs_dev_t *dev, const unsigned char *buf, size_t le
                 dev->name, c.src_rank, c.qpn, ep->rqpn);
         return;
     }
-    switch (c.type) {
-    case TW_VERBS_C_REQ:
-        if (ep->qp == NULL && tw_verbs_qp_create(ep) != TW_OK) {
-            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot create a QP", false);
-            return;
-        }
-        if (ep->state != TW_VERBS_EP_CONNECTED &&
-            tw_verbs_qp_connect(ep, c.qpn, c.psn, c.gen) != TW_OK) {
-            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot connect the QP", false);
-            return;
-        }
-        tw_verbs_conn_send(ep, TW_VERBS_C_REP);
-        if (!ep->ready) {
-            tw_verbs_conn_watch(ep); /* REP again until it answers */
-        }
-        break;
-    case TW_VERBS_C_REP:
-        if (ep->qp == NULL) {
-            return; /* we never asked */
-        }
-        if (ep->state != TW_VERBS_EP_CONNECTED &&
-            tw_verbs_qp_connect(ep, c.qpn, c.psn, c.gen) != TW_OK) {
-            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "cannot connect the QP", false);
-            return;
-        }
-        tw_verbs_conn_send(ep, TW_VERBS_C_RTU);
-        tw_verbs_set_ready(ep);
-        break;
-    case TW_VERBS_C_RTU:
-        if (ep->state == TW_VERBS_EP_CONNECTED) {
-            tw_verbs_set_ready(ep);
-        }
-        break;
-    case TW_VERBS_C_PING:
-        if (ep->ready) {
-            tw_verbs_conn_send(ep, TW_VERBS_C_PONG);
-        }
-        break;
-    case TW_VERBS_C_PONG: /* its arrival was the point */
-        break;
-    default:
-        break;
-    }
+    tw_verbs_conn_recv_setup(ep, &c);
 }
 
 /* ---- liveness, retransmission ------------------------------------------- */

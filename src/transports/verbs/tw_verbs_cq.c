@@ -48,37 +48,8 @@ static size_t tw_verbs_rx_frame(tw_verbs_dev_t *dev, tw_verbs_ep_t *ep, const un
         vb->super.recv(vb->super.recv_arg, ep->peer, f.am_id, buf + f.hdr_off, f.hdr_len,
                        buf + f.data_off, (size_t)f.len);
         break;
-    case TW_VERBS_F_RTS: {
-        tw_tl_rndv_t *h;
-        if (vb->super.recv_rndv == NULL) {
-            tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "a rendezvous nobody can take", true);
-            return 0;
-        }
-        h = tw_calloc(1, sizeof(*h));
-        if (h == NULL) {
-            tw_error("verbs", "out of memory taking a rendezvous from rank %d", ep->peer);
-            tw_verbs_send_fin(dev, ep->peer, f.sid, TW_ERR_NOMEM);
-            return f.total; /* its sender learns; the frames after it still count */
-        }
-        h->dev = dev;
-        h->peer = ep->peer;
-        h->gen = ep->gen;
-        h->raddr = f.raddr;
-        h->rkey = f.rkey;
-        h->len = f.len;
-        h->sid = f.sid;
-        h->next = dev->handles.next;
-        h->prev = &dev->handles;
-        h->next->prev = h;
-        dev->handles.next = h;
-        tw_stats_inc(vb->super.stats, TW_TL_STAT_RX_MSGS);
-        tw_tl_rndv_t *outer = tw_verbs_announcing;
-        tw_verbs_announcing = h;
-        vb->super.recv_rndv(vb->super.recv_arg, ep->peer, f.am_id, buf + f.hdr_off, f.hdr_len,
-                            (size_t)f.len, h);
-        tw_verbs_announcing = outer;
-        break;
-    }
+    case TW_VERBS_F_RTS:
+        return tw_verbs_rts_recv(dev, ep, &f, buf);
     case TW_VERBS_F_FIN:
         if (!tw_verbs_rsend_done(dev, f.sid, ep->peer, (tw_status_t)f.status)) {
             tw_stats_inc(vb->super.stats, TW_TL_STAT_BAD_FRAMES);
@@ -95,115 +66,133 @@ static size_t tw_verbs_rx_frame(tw_verbs_dev_t *dev, tw_verbs_ep_t *ep, const un
     return f.total;
 }
 
-void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc)
+/* A receive on the SRQ: one or more frames from the peer of its QP. */
+static void tw_verbs_wc_recv(tw_verbs_dev_t *dev, const struct ibv_wc *wc, uint32_t idx)
 {
     tw_verbs_iface_t *vb = dev->vb;
+    int peer = tw_verbs_qpn_get(dev, wc->qp_num);
+
+    dev->rx_posted--;
+    if (wc->status == IBV_WC_SUCCESS && peer >= 0) {
+        tw_verbs_ep_t *ep = &vb->eps[peer];
+        if (!ep->failed) {
+            if (!ep->ready && ep->state == TW_VERBS_EP_CONNECTED) {
+                tw_verbs_set_ready(ep); /* its first frame: it is connected */
+            }
+            ep->last_ns = tw_time_ns();
+            /* One or more frames (coalesced by the sender). */
+            const unsigned char *buf = tw_verbs_buf(dev, idx);
+            for (size_t off = 0, n; off < wc->byte_len && !ep->failed; off += n) {
+                n = tw_verbs_rx_frame(dev, ep, buf + off, wc->byte_len - off);
+                if (n == 0) {
+                    break;
+                }
+            }
+        }
+    } else if (wc->status != IBV_WC_SUCCESS && peer >= 0 && !vb->closing && !vb->eps[peer].failed) {
+        char what[96];
+        snprintf(what, sizeof(what), "receive completed with %s", tw_verbs_wc_str(wc->status));
+        tw_verbs_fail_peer(&vb->eps[peer], tw_verbs_wc_why(dev, wc->status), what, true);
+    }
+    dev->rx_free[dev->nrx_free++] = idx;
+}
+
+/* A receive on the UD QP: a connection message. */
+static void tw_verbs_wc_ud_recv(tw_verbs_dev_t *dev, const struct ibv_wc *wc, uint32_t idx)
+{
+    if ((idx >> 8) != dev->ud_epoch) {
+        return; /* posted before the UD QP was reset: re-posted since */
+    }
+    idx &= 0xffu;
+    if (wc->status == IBV_WC_SUCCESS && wc->byte_len >= TW_VERBS_GRH) {
+        tw_verbs_conn_recv(dev, dev->ud_pool + (size_t)idx * TW_VERBS_UD_BUF + TW_VERBS_GRH,
+                           wc->byte_len - TW_VERBS_GRH);
+    }
+    if (!dev->vb->closing && tw_verbs_ud_post_recv(dev, idx) != TW_OK) {
+        tw_warn("verbs", "%s: cannot re-post a UD receive", dev->name);
+    }
+}
+
+/* A send, RDMA write or read of an operation: it completes, its credit
+ * comes back, and what waits for either goes on. */
+static void tw_verbs_wc_op(tw_verbs_dev_t *dev, const struct ibv_wc *wc)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+    tw_verbs_op_t *op = (tw_verbs_op_t *)(uintptr_t)wc->wr_id;
+    tw_verbs_ep_t *ep = &vb->eps[op->peer];
+    tw_status_t st = TW_OK;
+
+    if (op->pprev != NULL) {
+        op->pprev->pnext = op->pnext;
+    } else {
+        ep->posted = op->pnext;
+    }
+    if (op->pnext != NULL) {
+        op->pnext->pprev = op->pprev;
+    }
+    if (!tw_verbs_credits_put(&ep->sq)) {
+        tw_error("verbs", "%s: a completion nobody posted on rank %d's QP", dev->name, op->peer);
+    }
+    if (wc->status != IBV_WC_SUCCESS) {
+        st = vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED;
+        if (!ep->failed) {
+            char what[96];
+            snprintf(what, sizeof(what), "a work request completed with %s",
+                     tw_verbs_wc_str(wc->status));
+            tw_verbs_fail_peer(ep, ep->left ? TW_OK : tw_verbs_wc_why(dev, wc->status), what,
+                               !ep->left);
+        }
+    }
+    tw_verbs_op_release(dev, op);
+    if (st == TW_OK) {
+        ep->last_ns = tw_time_ns();
+    }
+    tw_verbs_batch_done(op, st);
+    switch (op->kind) {
+    case TW_VERBS_OP_RTS:
+        if (st != TW_OK) {
+            (void)tw_verbs_rsend_done(dev, op->sid & ~(1ull << 63), op->peer, st);
+        }
+        break;
+    case TW_VERBS_OP_READ:
+        tw_verbs_read_done(dev, op->rndv, st);
+        break;
+    default:
+        if (op->comp != NULL) {
+            op->comp->cb(op->comp, st);
+        }
+        break;
+    }
+    tw_verbs_op_free(op);
+    if (ep->flushes != NULL) {
+        tw_verbs_flush_check(ep);
+    }
+    if (ep->head != NULL) {
+        tw_verbs_ep_drain(ep);
+    }
+}
+
+void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc)
+{
     unsigned tag = (unsigned)(wc->wr_id & 3u);
     uint32_t idx = (uint32_t)(wc->wr_id >> 2);
 
     dev->events++;
     switch (tag) {
-    case TW_VERBS_WR_RECV: {
-        int peer = tw_verbs_qpn_get(dev, wc->qp_num);
-        dev->rx_posted--;
-        if (wc->status == IBV_WC_SUCCESS && peer >= 0) {
-            tw_verbs_ep_t *ep = &vb->eps[peer];
-            if (!ep->failed) {
-                if (!ep->ready && ep->state == TW_VERBS_EP_CONNECTED) {
-                    tw_verbs_set_ready(ep); /* its first frame: it is connected */
-                }
-                ep->last_ns = tw_time_ns();
-                /* One or more frames (coalesced by the sender). */
-                const unsigned char *buf = tw_verbs_buf(dev, idx);
-                for (size_t off = 0, n; off < wc->byte_len && !ep->failed; off += n) {
-                    n = tw_verbs_rx_frame(dev, ep, buf + off, wc->byte_len - off);
-                    if (n == 0) {
-                        break;
-                    }
-                }
-            }
-        } else if (wc->status != IBV_WC_SUCCESS && peer >= 0 && !vb->closing &&
-                   !vb->eps[peer].failed) {
-            char what[96];
-            snprintf(what, sizeof(what), "receive completed with %s", tw_verbs_wc_str(wc->status));
-            tw_verbs_fail_peer(&vb->eps[peer], tw_verbs_wc_why(dev, wc->status), what, true);
-        }
-        dev->rx_free[dev->nrx_free++] = idx;
+    case TW_VERBS_WR_RECV:
+        tw_verbs_wc_recv(dev, wc, idx);
         break;
-    }
     case TW_VERBS_WR_UD_RECV:
-        if ((idx >> 8) != dev->ud_epoch) {
-            break; /* posted before the UD QP was reset: re-posted since */
-        }
-        idx &= 0xffu;
-        if (wc->status == IBV_WC_SUCCESS && wc->byte_len >= TW_VERBS_GRH) {
-            tw_verbs_conn_recv(dev, dev->ud_pool + (size_t)idx * TW_VERBS_UD_BUF + TW_VERBS_GRH,
-                               wc->byte_len - TW_VERBS_GRH);
-        }
-        if (!vb->closing && tw_verbs_ud_post_recv(dev, idx) != TW_OK) {
-            tw_warn("verbs", "%s: cannot re-post a UD receive", dev->name);
-        }
+        tw_verbs_wc_ud_recv(dev, wc, idx);
         break;
     case TW_VERBS_WR_UD_SEND:
         if ((idx >> 8) == dev->ud_epoch) { /* else: freed when the UD QP was reset */
             dev->ud_tx_free[dev->nud_tx_free++] = idx & 0xffu;
         }
         break;
-    default: {
-        tw_verbs_op_t *op = (tw_verbs_op_t *)(uintptr_t)wc->wr_id;
-        tw_verbs_ep_t *ep = &vb->eps[op->peer];
-        tw_status_t st = TW_OK;
-        if (op->pprev != NULL) {
-            op->pprev->pnext = op->pnext;
-        } else {
-            ep->posted = op->pnext;
-        }
-        if (op->pnext != NULL) {
-            op->pnext->pprev = op->pprev;
-        }
-        if (!tw_verbs_credits_put(&ep->sq)) {
-            tw_error("verbs", "%s: a completion nobody posted on rank %d's QP", dev->name,
-                     op->peer);
-        }
-        if (wc->status != IBV_WC_SUCCESS) {
-            st = vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED;
-            if (!ep->failed) {
-                char what[96];
-                snprintf(what, sizeof(what), "a work request completed with %s",
-                         tw_verbs_wc_str(wc->status));
-                tw_verbs_fail_peer(ep, ep->left ? TW_OK : tw_verbs_wc_why(dev, wc->status), what,
-                                   !ep->left);
-            }
-        }
-        tw_verbs_op_release(dev, op);
-        if (st == TW_OK) {
-            ep->last_ns = tw_time_ns();
-        }
-        tw_verbs_batch_done(op, st);
-        switch (op->kind) {
-        case TW_VERBS_OP_RTS:
-            if (st != TW_OK) {
-                (void)tw_verbs_rsend_done(dev, op->sid & ~(1ull << 63), op->peer, st);
-            }
-            break;
-        case TW_VERBS_OP_READ:
-            tw_verbs_read_done(dev, op->rndv, st);
-            break;
-        default:
-            if (op->comp != NULL) {
-                op->comp->cb(op->comp, st);
-            }
-            break;
-        }
-        tw_verbs_op_free(op);
-        if (ep->flushes != NULL) {
-            tw_verbs_flush_check(ep);
-        }
-        if (ep->head != NULL) {
-            tw_verbs_ep_drain(ep);
-        }
+    default:
+        tw_verbs_wc_op(dev, wc);
         break;
-    }
     }
 }
 

@@ -142,12 +142,7 @@ void tw_verbs_fail_peer(tw_verbs_ep_t *ep, tw_status_t why, const char *what, bo
         tw_verbs_op_free(op);
     }
     /* Rendezvous sends waiting for its FIN. */
-    for (uint32_t i = 0; i < dev->nrsends; i++) {
-        tw_verbs_rsend_t *s = &dev->rsends[i];
-        if (s->comp != NULL && s->peer == ep->peer) {
-            (void)tw_verbs_rsend_done(dev, (uint64_t)s->gen << 32 | i, ep->peer, st);
-        }
-    }
+    tw_verbs_rsend_fail(dev, ep->peer, st);
     /* Its announced messages: rndv_get finds the peer failed (or, after a
      * reset, a handle of an older connection); reads in flight complete
      * as their work requests flush. */

@@ -24,7 +24,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/tw_compiler.h"
 #include "core/tw_mem.h"
 #include "transports/base/tw_tl.h"
 #include "transports/verbs/tw_verbs.h"
@@ -362,13 +361,13 @@ tw_status_t tw_verbs_flush(tw_tl_iface_t *iface, int peer, tw_tl_comp_t *comp);
  * (tw_verbs_rndv_get: Thread: any) */
 uint64_t tw_verbs_rsend_add(tw_verbs_dev_t *dev, tw_verbs_op_t *op);
 bool tw_verbs_rsend_done(tw_verbs_dev_t *dev, uint64_t sid, int peer, tw_status_t st);
-void tw_verbs_send_fin(tw_verbs_dev_t *dev, int peer, uint64_t sid, tw_status_t st);
+void tw_verbs_rsend_fail(tw_verbs_dev_t *dev, int peer, tw_status_t st);
+size_t tw_verbs_rts_recv(tw_verbs_dev_t *dev, tw_verbs_ep_t *ep, const tw_verbs_frame_t *f,
+                         const unsigned char *buf);
 void tw_verbs_read_done(tw_verbs_dev_t *dev, tw_tl_rndv_t *h, tw_status_t st);
 tw_status_t tw_verbs_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *dst, size_t len,
                               tw_tl_comp_t *comp);
 void tw_verbs_dev_release_handles(tw_verbs_dev_t *dev);
-/* The handle whose recv_rndv callback runs on this thread, if any. */
-extern TW_TLS tw_tl_rndv_t *tw_verbs_announcing;
 
 /* tw_verbs_cq.c: completions, the engine's progress function */
 void tw_verbs_wc(tw_verbs_dev_t *dev, const struct ibv_wc *wc);

@@ -87,6 +87,17 @@ bool tw_verbs_rsend_done(tw_verbs_dev_t *dev, uint64_t sid, int peer, tw_status_
     return true;
 }
 
+/* Complete every rendezvous send to @p peer that waits for its FIN. */
+void tw_verbs_rsend_fail(tw_verbs_dev_t *dev, int peer, tw_status_t st)
+{
+    for (uint32_t i = 0; i < dev->nrsends; i++) {
+        tw_verbs_rsend_t *s = &dev->rsends[i];
+        if (s->comp != NULL && s->peer == peer) {
+            (void)tw_verbs_rsend_done(dev, (uint64_t)s->gen << 32 | i, peer, st);
+        }
+    }
+}
+
 /* ---- receive side -------------------------------------------------------------- */
 
 static void tw_verbs_handle_free(tw_tl_rndv_t *h)
@@ -96,7 +107,7 @@ static void tw_verbs_handle_free(tw_tl_rndv_t *h)
     tw_free(h, sizeof(*h));
 }
 
-void tw_verbs_send_fin(tw_verbs_dev_t *dev, int peer, uint64_t sid, tw_status_t st)
+static void tw_verbs_send_fin(tw_verbs_dev_t *dev, int peer, uint64_t sid, tw_status_t st)
 {
     tw_verbs_op_t *op = tw_verbs_op_new(0);
 
@@ -197,7 +208,46 @@ void tw_verbs_read_done(tw_verbs_dev_t *dev, tw_tl_rndv_t *h, tw_status_t st)
     comp->cb(comp, fst);
 }
 
-TW_TLS tw_tl_rndv_t *tw_verbs_announcing;
+static TW_TLS tw_tl_rndv_t *tw_verbs_announcing;
+
+/* An RTS arrived from @p ep's peer (frame @p f at @p buf): a handle for
+ * it goes up through recv_rndv. Returns the frame's size, or 0 when the
+ * peer has failed. */
+size_t tw_verbs_rts_recv(tw_verbs_dev_t *dev, tw_verbs_ep_t *ep, const tw_verbs_frame_t *f,
+                         const unsigned char *buf)
+{
+    tw_verbs_iface_t *vb = dev->vb;
+    tw_tl_rndv_t *h;
+
+    if (vb->super.recv_rndv == NULL) {
+        tw_verbs_fail_peer(ep, TW_ERR_PEER_FAILED, "a rendezvous nobody can take", true);
+        return 0;
+    }
+    h = tw_calloc(1, sizeof(*h));
+    if (h == NULL) {
+        tw_error("verbs", "out of memory taking a rendezvous from rank %d", ep->peer);
+        tw_verbs_send_fin(dev, ep->peer, f->sid, TW_ERR_NOMEM);
+        return f->total; /* its sender learns; the frames after it still count */
+    }
+    h->dev = dev;
+    h->peer = ep->peer;
+    h->gen = ep->gen;
+    h->raddr = f->raddr;
+    h->rkey = f->rkey;
+    h->len = f->len;
+    h->sid = f->sid;
+    h->next = dev->handles.next;
+    h->prev = &dev->handles;
+    h->next->prev = h;
+    dev->handles.next = h;
+    tw_stats_inc(vb->super.stats, TW_TL_STAT_RX_MSGS);
+    tw_tl_rndv_t *outer = tw_verbs_announcing;
+    tw_verbs_announcing = h;
+    vb->super.recv_rndv(vb->super.recv_arg, ep->peer, f->am_id, buf + f->hdr_off, f->hdr_len,
+                        (size_t)f->len, h);
+    tw_verbs_announcing = outer;
+    return f->total;
+}
 
 static void tw_verbs_rndv_apply_cmd(void *arg, void *data, uint64_t u64)
 {

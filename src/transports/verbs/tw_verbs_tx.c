@@ -131,20 +131,186 @@ void tw_verbs_batch_done(tw_verbs_op_t *op, tw_status_t st)
     }
 }
 
-/* Post @p op on @p ep's QP. False: no credit or buffer now (it stays
- * queued). On a failure that is final, the op is completed (and freed). */
-static bool tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
+/* An RTS's source registered for remote read, and its send id, once (a
+ * retry for want of a credit keeps both). Else the op completes with the
+ * failure (TW_ERR_TRANSPORT, TW_ERR_NOMEM) and is freed. */
+static tw_status_t tw_verbs_rts_prepare(tw_verbs_dev_t *dev, tw_verbs_op_t *op)
+{
+    uint32_t lkey;
+    tw_status_t st;
+
+    if (op->sid != 0) {
+        return TW_OK;
+    }
+    st = tw_verbs_reg(dev, op->data, op->len, IBV_ACCESS_REMOTE_READ, &op->mr, &op->region, &lkey,
+                      &op->rkey);
+    if (st == TW_OK) {
+        uint64_t sid = tw_verbs_rsend_add(dev, op);
+        if (sid != UINT64_MAX) {
+            op->sid = sid | (1ull << 63); /* nonzero marker; the frame does not carry the bit */
+            return TW_OK;
+        }
+        tw_error("verbs", "out of memory for a rendezvous to rank %d", op->peer);
+        st = TW_ERR_NOMEM;
+    }
+    atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
+    tw_verbs_op_release(dev, op);
+    op->comp->cb(op->comp, st);
+    tw_verbs_op_free(op);
+    return st;
+}
+
+/* Coalescing: the frames queued behind @p op go into its send buffer
+ * @p buf after its own @p total bytes, in order; returns the new total. */
+static size_t tw_verbs_coalesce(tw_verbs_ep_t *ep, tw_verbs_op_t *op, unsigned char *buf,
+                                size_t total)
+{
+    tw_verbs_dev_t *dev = ep->dev;
+    tw_verbs_op_t **tailp = &op->batch;
+
+    for (unsigned k = 0; k < TW_VERBS_BATCH_MAX && tw_verbs_batchable(ep->head) &&
+                         total + tw_verbs_frame_size(ep->head) <= TW_VERBS_SEG;
+         k++) {
+        tw_verbs_op_t *nx = ep->head;
+        ep->head = nx->next;
+        if (ep->head == NULL) {
+            ep->tail = NULL;
+        }
+        total += tw_verbs_frame_write(nx, buf + total);
+        nx->next = NULL;
+        *tailp = nx;
+        tailp = &nx->batch;
+        atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
+    }
+    tw_trace("verbs", "%s: %zu bytes of frames to rank %d in one send", dev->name, total, ep->peer);
+    return total;
+}
+
+/* The send of frame op @p op (AM, RTS, FIN, BYE) into @p wr: inline (a
+ * copy in @p tmp, @p tmp_len bytes) when it fits, else from a send
+ * buffer, with the frames queued behind it coalesced. TW_OK: ready to
+ * post, a credit taken; TW_ERR_AGAIN: no credit or buffer now; another
+ * status: @p op failed and is gone. */
+static tw_status_t tw_verbs_post_frame(tw_verbs_ep_t *ep, tw_verbs_op_t *op, struct ibv_send_wr *wr,
+                                       unsigned char *tmp, size_t tmp_len)
+{
+    tw_verbs_dev_t *dev = ep->dev;
+    struct ibv_sge *sge = wr->sg_list;
+    unsigned char frame[TW_VERBS_FRAME_LEN + TW_VERBS_RTS_LEN];
+    tw_verbs_frame_t f = {.am_id = op->am_id, .hdr_len = op->hdr_len};
+    size_t flen, total;
+
+    if (op->kind == TW_VERBS_OP_AM) {
+        f.type = TW_VERBS_F_AM;
+        f.len = op->inl_len - op->hdr_len;
+    } else if (op->kind == TW_VERBS_OP_RTS) {
+        tw_status_t st = tw_verbs_rts_prepare(dev, op);
+        if (st != TW_OK) {
+            return st;
+        }
+        f.type = TW_VERBS_F_RTS;
+        f.len = op->len;
+        f.raddr = (uint64_t)(uintptr_t)op->data;
+        f.sid = op->sid & ~(1ull << 63);
+        f.rkey = op->rkey;
+    } else if (op->kind == TW_VERBS_OP_FIN) {
+        f.type = TW_VERBS_F_FIN;
+        f.hdr_len = 0;
+        f.sid = op->sid;
+        f.status = op->status;
+    } else {
+        f.type = TW_VERBS_F_BYE;
+        f.hdr_len = 0;
+    }
+    flen = tw_verbs_frame_pack(&f, frame);
+    total = flen + (op->kind == TW_VERBS_OP_AM || op->kind == TW_VERBS_OP_RTS ? op->inl_len : 0);
+    wr->opcode = IBV_WR_SEND;
+    bool more = op->kind != TW_VERBS_OP_BYE && tw_verbs_batchable(ep->head) &&
+                total + tw_verbs_frame_size(ep->head) <= TW_VERBS_SEG;
+    if (!more && total <= dev->max_inline && total <= tmp_len) {
+        /* Small enough: the device copies it at post time. */
+        memcpy(tmp, frame, flen);
+        memcpy(tmp + flen, op->bytes, total - flen);
+        sge->addr = (uintptr_t)tmp;
+        sge->length = (uint32_t)total;
+        wr->send_flags |= IBV_SEND_INLINE;
+        return tw_verbs_credits_take(&ep->sq, 1) ? TW_OK : TW_ERR_AGAIN;
+    }
+    if (dev->ntx_free == 0) {
+        dev->tx_starved = true; /* drained again once buffers come back */
+        return TW_ERR_AGAIN;
+    }
+    if (!tw_verbs_credits_take(&ep->sq, 1)) {
+        return TW_ERR_AGAIN;
+    }
+    op->sbuf = dev->tx_free[--dev->ntx_free];
+    unsigned char *buf = tw_verbs_buf(dev, op->sbuf);
+    memcpy(buf, frame, flen);
+    memcpy(buf + flen, op->bytes, total - flen);
+    if (more) {
+        /* Frames queued behind it go in the same send, in order. */
+        total = tw_verbs_coalesce(ep, op, buf, total);
+    }
+    sge->addr = (uintptr_t)buf;
+    sge->length = (uint32_t)total;
+    sge->lkey = dev->pool_mr->lkey;
+    return TW_OK;
+}
+
+/* The RDMA WRITE or READ of @p op (PUT, GET, READ) into @p wr, its local
+ * buffer registered (a READ's is its handle's). TW_OK: ready to post, a
+ * credit taken; TW_ERR_AGAIN: no credit now; another status: @p op
+ * failed and is gone. */
+static tw_status_t tw_verbs_post_rdma(tw_verbs_ep_t *ep, tw_verbs_op_t *op, struct ibv_send_wr *wr)
+{
+    tw_verbs_dev_t *dev = ep->dev;
+    struct ibv_sge *sge = wr->sg_list;
+    uint32_t lkey = 0, rkey_unused;
+    const void *local = op->kind == TW_VERBS_OP_PUT ? op->data : op->dst;
+
+    if (op->len > 0 && op->mr == NULL && op->region == NULL && op->kind != TW_VERBS_OP_READ) {
+        /* A put's source is only read (it may be read-only memory). */
+        tw_status_t st = tw_verbs_reg(dev, local, op->len,
+                                      op->kind == TW_VERBS_OP_PUT ? 0 : IBV_ACCESS_LOCAL_WRITE,
+                                      &op->mr, &op->region, &lkey, &rkey_unused);
+        if (st != TW_OK) {
+            atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
+            op->comp->cb(op->comp, st);
+            tw_verbs_op_free(op);
+            return st;
+        }
+    }
+    if (op->kind == TW_VERBS_OP_READ) {
+        lkey = op->rndv->mr != NULL ? op->rndv->mr->lkey : op->rndv->region->lkey[dev->index];
+    } else if (op->mr != NULL) {
+        lkey = op->mr->lkey;
+    } else if (op->region != NULL) {
+        lkey = op->region->lkey[dev->index];
+    }
+    sge->addr = (uintptr_t)local;
+    sge->length = (uint32_t)op->len;
+    sge->lkey = lkey;
+    wr->num_sge = op->len > 0 ? 1 : 0;
+    wr->opcode = op->kind == TW_VERBS_OP_PUT ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+    wr->wr.rdma.remote_addr = op->raddr;
+    wr->wr.rdma.rkey = op->rkey;
+    return tw_verbs_credits_take(&ep->sq, 1) ? TW_OK : TW_ERR_AGAIN;
+}
+
+/* Post @p op on @p ep's QP. TW_OK: posted. TW_ERR_AGAIN: no credit or
+ * buffer now (it stays queued). Another status: a failure that is final;
+ * the op was completed with it (and freed). */
+static tw_status_t tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
 {
     tw_verbs_dev_t *dev = ep->dev;
     struct ibv_send_wr wr = {0}, *bad;
     struct ibv_sge sge = {0};
-    unsigned char frame[TW_VERBS_FRAME_LEN + TW_VERBS_RTS_LEN];
-    tw_verbs_frame_t f = {.am_id = op->am_id, .hdr_len = op->hdr_len};
-    size_t flen = 0, total = 0;
+    unsigned char tmp[256];
+    tw_status_t st;
     int rc;
 
     if (ep->sq.avail == 0) {
-        return false;
+        return TW_ERR_AGAIN;
     }
     wr.wr_id = (uint64_t)(uintptr_t)op;
     wr.sg_list = &sge;
@@ -154,142 +320,21 @@ static bool tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
     case TW_VERBS_OP_AM:
     case TW_VERBS_OP_RTS:
     case TW_VERBS_OP_FIN:
-    case TW_VERBS_OP_BYE: {
-        if (op->kind == TW_VERBS_OP_AM) {
-            f.type = TW_VERBS_F_AM;
-            f.len = op->inl_len - op->hdr_len;
-        } else if (op->kind == TW_VERBS_OP_RTS) {
-            uint32_t lkey;
-            f.type = TW_VERBS_F_RTS;
-            f.len = op->len;
-            f.raddr = (uint64_t)(uintptr_t)op->data;
-            if (op->sid == 0) {
-                /* Once: a retry (no credit yet) keeps the registration. */
-                if (tw_verbs_reg(dev, op->data, op->len, IBV_ACCESS_REMOTE_READ, &op->mr,
-                                 &op->region, &lkey, &op->rkey) != TW_OK) {
-                    atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
-                    tw_verbs_op_release(dev, op);
-                    op->comp->cb(op->comp, TW_ERR_TRANSPORT);
-                    tw_verbs_op_free(op);
-                    return true;
-                }
-                uint64_t sid = tw_verbs_rsend_add(dev, op);
-                if (sid == UINT64_MAX) {
-                    tw_error("verbs", "out of memory for a rendezvous to rank %d", op->peer);
-                    atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
-                    tw_verbs_op_release(dev, op);
-                    op->comp->cb(op->comp, TW_ERR_NOMEM);
-                    tw_verbs_op_free(op);
-                    return true;
-                }
-                op->sid = sid | (1ull << 63); /* nonzero marker; the bit is dropped below */
-            }
-            f.sid = op->sid & ~(1ull << 63);
-            f.rkey = op->rkey;
-        } else if (op->kind == TW_VERBS_OP_FIN) {
-            f.type = TW_VERBS_F_FIN;
-            f.hdr_len = 0;
-            f.sid = op->sid;
-            f.status = op->status;
-        } else {
-            f.type = TW_VERBS_F_BYE;
-            f.hdr_len = 0;
-        }
-        flen = tw_verbs_frame_pack(&f, frame);
-        total =
-            flen + (op->kind == TW_VERBS_OP_AM || op->kind == TW_VERBS_OP_RTS ? op->inl_len : 0);
-        wr.opcode = IBV_WR_SEND;
-        bool more = op->kind != TW_VERBS_OP_BYE && tw_verbs_batchable(ep->head) &&
-                    total + tw_verbs_frame_size(ep->head) <= TW_VERBS_SEG;
-        unsigned char tmp[256];
-        if (!more && total <= dev->max_inline && total <= sizeof(tmp)) {
-            /* Small enough: the device copies it at post time. */
-            memcpy(tmp, frame, flen);
-            memcpy(tmp + flen, op->bytes, total - flen);
-            sge.addr = (uintptr_t)tmp;
-            sge.length = (uint32_t)total;
-            wr.send_flags |= IBV_SEND_INLINE;
-            if (!tw_verbs_credits_take(&ep->sq, 1)) {
-                return false;
-            }
-            rc = ibv_post_send(ep->qp, &wr, &bad);
-            break;
-        }
-        if (dev->ntx_free == 0) {
-            dev->tx_starved = true; /* drained again once buffers come back */
-            return false;
-        }
-        if (!tw_verbs_credits_take(&ep->sq, 1)) {
-            return false;
-        }
-        op->sbuf = dev->tx_free[--dev->ntx_free];
-        unsigned char *buf = tw_verbs_buf(dev, op->sbuf);
-        memcpy(buf, frame, flen);
-        memcpy(buf + flen, op->bytes, total - flen);
-        if (more) {
-            /* Frames queued behind it go in the same send, in order. */
-            tw_verbs_op_t **tailp = &op->batch;
-            for (unsigned k = 0; k < TW_VERBS_BATCH_MAX && tw_verbs_batchable(ep->head) &&
-                                 total + tw_verbs_frame_size(ep->head) <= TW_VERBS_SEG;
-                 k++) {
-                tw_verbs_op_t *nx = ep->head;
-                ep->head = nx->next;
-                if (ep->head == NULL) {
-                    ep->tail = NULL;
-                }
-                total += tw_verbs_frame_write(nx, buf + total);
-                nx->next = NULL;
-                *tailp = nx;
-                tailp = &nx->batch;
-                atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
-            }
-            tw_trace("verbs", "%s: %zu bytes of frames to rank %d in one send", dev->name, total,
-                     ep->peer);
-        }
-        sge.addr = (uintptr_t)buf;
-        sge.length = (uint32_t)total;
-        sge.lkey = dev->pool_mr->lkey;
-        rc = ibv_post_send(ep->qp, &wr, &bad);
+    case TW_VERBS_OP_BYE:
+        st = tw_verbs_post_frame(ep, op, &wr, tmp, sizeof(tmp));
         break;
-    }
     case TW_VERBS_OP_PUT:
     case TW_VERBS_OP_GET:
-    case TW_VERBS_OP_READ: {
-        uint32_t lkey = 0, rkey_unused;
-        const void *local = op->kind == TW_VERBS_OP_PUT ? op->data : op->dst;
-        if (op->len > 0 && op->mr == NULL && op->region == NULL && op->kind != TW_VERBS_OP_READ &&
-            /* A put's source is only read (it may be read-only memory). */
-            tw_verbs_reg(dev, local, op->len,
-                         op->kind == TW_VERBS_OP_PUT ? 0 : IBV_ACCESS_LOCAL_WRITE, &op->mr,
-                         &op->region, &lkey, &rkey_unused) != TW_OK) {
-            atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
-            op->comp->cb(op->comp, TW_ERR_TRANSPORT);
-            tw_verbs_op_free(op);
-            return true;
-        }
-        if (op->kind == TW_VERBS_OP_READ) {
-            lkey = op->rndv->mr != NULL ? op->rndv->mr->lkey : op->rndv->region->lkey[dev->index];
-        } else if (op->mr != NULL) {
-            lkey = op->mr->lkey;
-        } else if (op->region != NULL) {
-            lkey = op->region->lkey[dev->index];
-        }
-        sge.addr = (uintptr_t)local;
-        sge.length = (uint32_t)op->len;
-        sge.lkey = lkey;
-        wr.num_sge = op->len > 0 ? 1 : 0;
-        wr.opcode = op->kind == TW_VERBS_OP_PUT ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
-        wr.wr.rdma.remote_addr = op->raddr;
-        wr.wr.rdma.rkey = op->rkey;
-        if (!tw_verbs_credits_take(&ep->sq, 1)) {
-            return false;
-        }
-        rc = ibv_post_send(ep->qp, &wr, &bad);
+    case TW_VERBS_OP_READ:
+        st = tw_verbs_post_rdma(ep, op, &wr);
         break;
-    }
     default:
-        return true;
+        return TW_OK; /* not reached: FLUSH and QPERR are not posted */
     }
+    if (st != TW_OK) {
+        return st;
+    }
+    rc = ibv_post_send(ep->qp, &wr, &bad);
     atomic_fetch_sub_explicit(&dev->vb->queued, 1, memory_order_relaxed);
     if (rc != 0) {
         /* The QP is in error (or the request was bad): nothing will
@@ -299,9 +344,10 @@ static bool tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
         tw_error("verbs", "%s: posting to rank %d failed: %s", dev->name, ep->peer, strerror(rc));
         /* (@p op is out of the queue: failing the peer aborts the rest.) */
         tw_verbs_fail_peer(ep, tw_verbs_qp_err_why(dev), "cannot post to its QP", true);
-        tw_verbs_batch_done(op, dev->vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED);
-        tw_verbs_op_abort(dev, op, dev->vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED);
-        return true;
+        st = dev->vb->closing ? TW_ERR_CANCELED : TW_ERR_PEER_FAILED;
+        tw_verbs_batch_done(op, st);
+        tw_verbs_op_abort(dev, op, st);
+        return st;
     }
     op->pprev = NULL;
     op->pnext = ep->posted;
@@ -309,7 +355,7 @@ static bool tw_verbs_post(tw_verbs_ep_t *ep, tw_verbs_op_t *op)
         ep->posted->pprev = op;
     }
     ep->posted = op;
-    return true;
+    return TW_OK;
 }
 
 void tw_verbs_flush_check(tw_verbs_ep_t *ep)
@@ -350,7 +396,7 @@ void tw_verbs_ep_drain(tw_verbs_ep_t *ep)
             tw_verbs_op_free(op);
             continue;
         }
-        if (!tw_verbs_post(ep, op)) {
+        if (tw_verbs_post(ep, op) == TW_ERR_AGAIN) {
             op->next = ep->head; /* back in front: no credit or buffer yet */
             ep->head = op;
             if (ep->tail == NULL) {
