@@ -228,7 +228,7 @@ static void test_conn(void)
     TWT_EQ(buf[37] | buf[38] | buf[39], 0);
 }
 
-/* Generations (tw_verbs.c, "Fail-back"): which connection messages belong
+/* Generations (tw_verbs_cm.c): which connection messages belong
  * to a connection that is over. */
 static tw_verbs_conn_t msg(uint8_t type, uint32_t gen, uint32_t echo)
 {
@@ -276,8 +276,8 @@ static void test_conn_stale(void)
     TWT_CHECK(tw_verbs_conn_stale(&m, 2, false, 0, 2));
     /* The peer did not reset (its port stayed up): connected to our old
      * generation 1, it hears our REQ of generation 2 -- newer than the one
-     * it is connected to, so not stale (tw_verbs.c fails its connection
-     * for now and answers after its own reset). */
+     * it is connected to, so not stale (tw_verbs_conn_recv fails its
+     * connection for now and answers after its own reset). */
     m = msg(TW_VERBS_C_REQ, 2, 1);
     TWT_CHECK(!tw_verbs_conn_stale(&m, 1, true, 1, 0));
     /* ... and its answer, from its generation 2, is current for us. */

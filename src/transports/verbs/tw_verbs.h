@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * The verbs transport (tw_verbs.c): what reaches beyond the ops table --
- * its variables, memory registration for one-sided operations (the
- * runtime's tw_mem_register will call it once the public RMA API exists),
- * and test hooks.
+ * The verbs transport (README.md beside this file): what reaches beyond
+ * the ops table -- its variables, memory registration for one-sided
+ * operations (what its mem_reg / mem_dereg slots run, on which the public
+ * tw_mem_register builds; tests call it directly), the entry points of the
+ * async event thread, and test hooks.
  */
 #ifndef TW_VERBS_H
 #define TW_VERBS_H

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * Wire formats of the verbs transport (tw_verbs.c has the protocol). Pure
- * functions, no libibverbs, so they are unit-tested and fuzzable on any
- * host. Integers are little-endian on the wire; every length read from the
- * wire is checked against the bytes received and the caller's limits
- * before anything past it is read (TW_ERR_PROTOCOL otherwise, with @p why).
+ * Wire formats of the verbs transport (its protocol: tw_verbs_tx.c,
+ * tw_verbs_cm.c, tw_verbs_rndv.c). Pure functions, no libibverbs, so they
+ * are unit-tested and fuzzable on any host. Integers are little-endian
+ * on the wire; every length read from the wire is checked against the
+ * bytes received and the caller's limits before anything past it is read
+ * (TW_ERR_PROTOCOL otherwise, with @p why).
  *
  * Frames (RC send/receive through the SRQ) follow each other in a receive:
  * the sender coalesces what waits in a connection's queue into one send
@@ -31,10 +32,10 @@
  *   gen (>= 1) is the generation of the sender's
  *   endpoint for the receiver: it grows each time the sender resets its
  *   endpoint after a port went down, so messages of an older connection
- *   are told apart from a new one's (tw_verbs.c, "Fail-back"); echo is the
- *   receiver's generation the sender is connected to (0: none yet), so a
- *   REP, RTU, PING, PONG, RESET or DOWN meant for an older endpoint of the
- *   receiver is told apart too. Version 2 added both.
+ *   are told apart from a new one's (tw_verbs_cm.c, "Generations"); echo
+ *   is the receiver's generation the sender is connected to (0: none
+ *   yet), so a REP, RTU, PING, PONG, RESET or DOWN meant for an older
+ *   endpoint of the receiver is told apart too. Version 2 added both.
  *
  * Address (the bootstrap blob): magic u32 | version u8 | ndev u8 | flags u8 |
  *   pad u8, then per device: gid[16] | lid u16 | port u8 | link u8 |
@@ -149,7 +150,7 @@ tw_status_t tw_verbs_conn_parse(const void *buf, size_t len, const uint8_t key[1
  * endpoint of the peer's, or is meant for an older one of ours -- every
  * type but REQ (which starts a connection to whatever endpoint we have)
  * must echo @p gen; DOWN and RESET may echo 0 (a peer that never
- * connected). tw_verbs.c ("Fail-back") drops such messages. */
+ * connected). tw_verbs_conn_recv drops such messages. */
 bool tw_verbs_conn_stale(const tw_verbs_conn_t *c, uint32_t gen, bool connected, uint32_t rgen,
                          uint32_t rgen_min);
 
