@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include "core/tw_atomic.h"
+#include "core/tw_lock.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -62,8 +63,8 @@ void tw_backoff_wait(tw_backoff_t *b)
 /* ---- thread index ------------------------------------------------------ */
 
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t index_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t index_map[TW_THREAD_INDEX_WORDS]; /* guarded by index_lock */
+static tw_mutex_t index_lock = TW_MUTEX_INITIALIZER(TW_LOCK_RANK_LEAF, "thread indexes");
+static uint64_t index_map[TW_THREAD_INDEX_WORDS] TW_GUARDED_BY(index_lock);
 static pthread_key_t index_key;
 static bool index_key_ok; /* written once inside index_once */
 
@@ -77,9 +78,9 @@ static void index_release(unsigned idx)
     if (idx >= TW_THREAD_INDEX_DENSE) {
         return;
     }
-    pthread_mutex_lock(&index_lock);
+    tw_mutex_lock(&index_lock);
     index_map[idx / 64u] &= ~(1ull << (idx % 64u));
-    pthread_mutex_unlock(&index_lock);
+    tw_mutex_unlock(&index_lock);
 }
 
 static void index_key_destructor(void *value)
@@ -90,17 +91,18 @@ static void index_key_destructor(void *value)
     index_release((unsigned)((uintptr_t)value - 1u));
 }
 
-static void atfork_prepare(void)
+/* fork() takes the lock in prepare and drops it on both sides. */
+static void atfork_prepare(void) TW_ACQUIRE(index_lock)
 {
-    pthread_mutex_lock(&index_lock);
+    tw_mutex_lock(&index_lock);
 }
 
-static void atfork_parent(void)
+static void atfork_parent(void) TW_RELEASE(index_lock)
 {
-    pthread_mutex_unlock(&index_lock);
+    tw_mutex_unlock(&index_lock);
 }
 
-static void atfork_child(void)
+static void atfork_child(void) TW_RELEASE(index_lock)
 {
     /* Only the forking thread survives: keep its index, free the rest. */
     memset(index_map, 0, sizeof(index_map));
@@ -109,7 +111,7 @@ static void atfork_child(void)
         index_map[idx / 64u] |= 1ull << (idx % 64u);
     }
     tls_tid = 0;
-    pthread_mutex_unlock(&index_lock);
+    tw_mutex_unlock(&index_lock);
 }
 
 static void index_init(void)
@@ -128,7 +130,7 @@ static unsigned index_assign(void)
         return TW_THREAD_INDEX_DENSE;
     }
 
-    pthread_mutex_lock(&index_lock);
+    tw_mutex_lock(&index_lock);
     for (unsigned w = 0; w < TW_THREAD_INDEX_WORDS; w++) {
         if (index_map[w] != UINT64_MAX) {
             unsigned bit = (unsigned)__builtin_ctzll(~index_map[w]);
@@ -137,7 +139,7 @@ static unsigned index_assign(void)
             break;
         }
     }
-    pthread_mutex_unlock(&index_lock);
+    tw_mutex_unlock(&index_lock);
 
     if (idx < TW_THREAD_INDEX_DENSE &&
         pthread_setspecific(index_key, (void *)(uintptr_t)(idx + 1u)) != 0) {

@@ -119,6 +119,13 @@ static inline void tw_mutex_unlock(tw_mutex_t *m) TW_RELEASE(m) TW_NO_TSA
     pthread_mutex_unlock(&m->m);
 }
 
+/** Wait on @p cond, releasing @p m meanwhile (the witness keeps it: the
+ * thread holds it again when this returns). */
+static inline void tw_cond_wait(pthread_cond_t *cond, tw_mutex_t *m) TW_REQUIRES(m) TW_NO_TSA
+{
+    pthread_cond_wait(cond, &m->m);
+}
+
 /** Assert (builds with assertions) that the calling thread holds @p m;
  * tells the analysis so too. */
 static inline void tw_mutex_assert_held(const tw_mutex_t *m) TW_TSA(assert_capability(m))

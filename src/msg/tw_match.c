@@ -97,7 +97,7 @@ tw_status_t tw_match_init(tw_match_t *m, unsigned nbuckets)
         tw_spinlock_init(&m->buckets[i].lock);
     }
     m->nbuckets = nbuckets;
-    pthread_mutex_init(&m->wild_lock, NULL);
+    tw_mutex_init(&m->wild_lock, TW_LOCK_RANK_MATCH_WILD, "any-source receives");
     atomic_init(&m->n_wild, 0);
     atomic_init(&m->post_seq, 0);
     atomic_init(&m->arrival_seq, 0);
@@ -142,7 +142,7 @@ void tw_match_fail_src(tw_match_t *m, int src, void (*fail)(tw_match_recv_t *r, 
     tw_match_recv_t *out = NULL;
     unsigned nwild = 0, nexact = 0;
 
-    pthread_mutex_lock(&m->wild_lock);
+    tw_mutex_lock(&m->wild_lock);
     tw_match_take_src(&m->wild_head, &m->wild_tail, src, &out, &nwild);
     if (nwild > 0) {
         atomic_fetch_sub_explicit(&m->n_wild, nwild, memory_order_relaxed);
@@ -153,7 +153,7 @@ void tw_match_fail_src(tw_match_t *m, int src, void (*fail)(tw_match_recv_t *r, 
         tw_match_take_src(&b->posted_head, &b->posted_tail, src, &out, &nexact);
         tw_spinlock_unlock(&b->lock);
     }
-    pthread_mutex_unlock(&m->wild_lock);
+    tw_mutex_unlock(&m->wild_lock);
     /* Outside the locks: @p fail completes them. */
     for (tw_match_recv_t *r = out, *next; r != NULL; r = next) {
         next = r->next;
@@ -182,7 +182,7 @@ void tw_match_cleanup(tw_match_t *m, void (*cancel)(tw_match_recv_t *r, void *ar
         cancel(r, arg);
     }
     m->wild_head = m->wild_tail = NULL;
-    pthread_mutex_destroy(&m->wild_lock);
+    tw_mutex_destroy(&m->wild_lock);
     tw_free_aligned(m->buckets, TW_CACHELINE, m->nbuckets * sizeof(tw_match_bucket_t));
     m->buckets = NULL;
 }
@@ -295,7 +295,7 @@ static tw_match_unexp_t *tw_match_post_wild(tw_match_t *m, tw_match_recv_t *r)
 {
     tw_match_unexp_t *found = NULL;
 
-    pthread_mutex_lock(&m->wild_lock);
+    tw_mutex_lock(&m->wild_lock);
     r->seq = atomic_fetch_add_explicit(&m->post_seq, 1, memory_order_relaxed);
     /* Announce first: arrivals from here on take the slow path. */
     atomic_fetch_add_explicit(&m->n_wild, 1, memory_order_seq_cst);
@@ -341,7 +341,7 @@ static tw_match_unexp_t *tw_match_post_wild(tw_match_t *m, tw_match_recv_t *r)
     } else {
         tw_match_append_recv(&m->wild_head, &m->wild_tail, r);
     }
-    pthread_mutex_unlock(&m->wild_lock);
+    tw_mutex_unlock(&m->wild_lock);
     return found;
 }
 
@@ -358,7 +358,7 @@ static tw_match_recv_t *tw_match_arrive_wild(tw_match_t *m, tw_match_bucket_t *b
 {
     tw_match_recv_t *exact, *wild, *r = NULL;
 
-    pthread_mutex_lock(&m->wild_lock);
+    tw_mutex_lock(&m->wild_lock);
     tw_spinlock_lock(&b->lock);
     exact = tw_match_take_recv(&b->posted_head, &b->posted_tail, src, tag, false);
     wild = tw_match_take_recv(&m->wild_head, &m->wild_tail, src, tag, false);
@@ -372,7 +372,7 @@ static tw_match_recv_t *tw_match_arrive_wild(tw_match_t *m, tw_match_bucket_t *b
         *queued_p = true;
     }
     tw_spinlock_unlock(&b->lock);
-    pthread_mutex_unlock(&m->wild_lock);
+    tw_mutex_unlock(&m->wild_lock);
     return r;
 }
 

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "core/tw_atomic.h"
+#include "core/tw_lock.h"
 #include "threadwire/threadwire.h"
 
 /** A posted receive; the caller allocates it and owns it again once it
@@ -56,7 +57,7 @@ typedef struct tw_match {
     tw_match_bucket_t *buckets;
     unsigned nbuckets; /* power of two */
     /* Wildcard path. Lock order: wild_lock, then one bucket lock. */
-    pthread_mutex_t wild_lock;
+    tw_mutex_t wild_lock;
     atomic_uint n_wild;         /* posted wildcard receives; written under wild_lock */
     tw_match_recv_t *wild_head; /* guarded by wild_lock */
     tw_match_recv_t *wild_tail; /* guarded by wild_lock */

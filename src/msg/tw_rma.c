@@ -82,11 +82,11 @@ tw_status_t tw_rma_create(const tw_rma_params_t *params, tw_rma_t **rma_p)
         return TW_ERR_NOMEM;
     }
     for (int i = 0; i < params->size; i++) {
-        pthread_mutex_init(&rma->peers[i].lock, NULL);
+        tw_mutex_init(&rma->peers[i].lock, TW_LOCK_RANK_RMA_PEER, "one-sided peer");
     }
-    pthread_rwlock_init(&rma->reg_lock, NULL);
-    pthread_mutex_init(&rma->slot_lock, NULL);
-    pthread_mutex_init(&rma->defer_lock, NULL);
+    tw_rwlock_init(&rma->reg_lock, TW_LOCK_RANK_RMA_REG, "region registry");
+    tw_mutex_init(&rma->slot_lock, TW_LOCK_RANK_RMA_SLOT, "one-sided slots");
+    tw_mutex_init(&rma->defer_lock, TW_LOCK_RANK_RMA_DEFER, "deferred replies");
     *rma_p = rma;
     return TW_OK;
 }
@@ -138,7 +138,7 @@ static tw_status_t tw_rma_slot_add(tw_rma_t *rma, tw_rma_op_t *op)
     tw_status_t st = TW_OK;
     uint32_t i;
 
-    pthread_mutex_lock(&rma->slot_lock);
+    tw_mutex_lock(&rma->slot_lock);
     if (rma->free_head == TW_RMA_NONE) {
         st = tw_rma_slot_grow(rma);
     }
@@ -148,7 +148,7 @@ static tw_status_t tw_rma_slot_add(tw_rma_t *rma, tw_rma_op_t *op)
         rma->slots[i] = op;
         op->cookie = (uint64_t)rma->slot_gen[i] << 32 | i;
     }
-    pthread_mutex_unlock(&rma->slot_lock);
+    tw_mutex_unlock(&rma->slot_lock);
     return st;
 }
 
@@ -168,13 +168,13 @@ tw_rma_op_t *tw_rma_slot_take(tw_rma_t *rma, uint64_t cookie, int peer, tw_op_t 
     uint32_t i = (uint32_t)cookie;
     tw_rma_op_t *o = NULL;
 
-    pthread_mutex_lock(&rma->slot_lock);
+    tw_mutex_lock(&rma->slot_lock);
     if (i < rma->nslots && rma->slots[i] != NULL && rma->slots[i]->cookie == cookie &&
         rma->slots[i]->peer == peer && rma->slots[i]->op == op) {
         o = rma->slots[i];
         tw_rma_slot_free(rma, i);
     }
-    pthread_mutex_unlock(&rma->slot_lock);
+    tw_mutex_unlock(&rma->slot_lock);
     return o;
 }
 
@@ -191,7 +191,7 @@ static void tw_rma_sweep(tw_rma_t *rma, int peer, tw_status_t why)
 {
     tw_rma_op_t *swept = NULL;
 
-    pthread_mutex_lock(&rma->slot_lock);
+    tw_mutex_lock(&rma->slot_lock);
     for (uint32_t i = 0; i < rma->nslots; i++) {
         tw_rma_op_t *op = rma->slots[i];
         if (op != NULL && (peer < 0 || op->peer == peer)) {
@@ -200,7 +200,7 @@ static void tw_rma_sweep(tw_rma_t *rma, int peer, tw_status_t why)
             swept = op;
         }
     }
-    pthread_mutex_unlock(&rma->slot_lock);
+    tw_mutex_unlock(&rma->slot_lock);
     while (swept != NULL) {
         tw_rma_op_t *next = swept->swept;
         tw_rma_event(swept, why);
@@ -408,7 +408,7 @@ void tw_rma_destroy(tw_rma_t *rma)
             tw_error("rma", "puts to rank %d still posted at finalize", i);
         }
         tw_rma_flushes_complete(rma, i, p->fhead, TW_ERR_CANCELED);
-        pthread_mutex_destroy(&p->lock);
+        tw_mutex_destroy(&p->lock);
     }
     d = rma->dhead;
     while (d != NULL) {
@@ -419,9 +419,9 @@ void tw_rma_destroy(tw_rma_t *rma)
     tw_free(rma->slots, rma->nslots * sizeof(*rma->slots));
     tw_free(rma->slot_gen, rma->nslots * sizeof(*rma->slot_gen));
     tw_free(rma->slot_next, rma->nslots * sizeof(*rma->slot_next));
-    pthread_rwlock_destroy(&rma->reg_lock);
-    pthread_mutex_destroy(&rma->slot_lock);
-    pthread_mutex_destroy(&rma->defer_lock);
+    tw_rwlock_destroy(&rma->reg_lock);
+    tw_mutex_destroy(&rma->slot_lock);
+    tw_mutex_destroy(&rma->defer_lock);
     tw_stats_destroy(rma->stats);
     tw_free(rma->peers, (size_t)rma->size * sizeof(*rma->peers));
     tw_free(rma, sizeof(*rma));

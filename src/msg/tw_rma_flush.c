@@ -57,7 +57,7 @@ static tw_rma_flush_req_t *tw_rma_unlist(tw_rma_t *rma, tw_rma_op_t *op)
     tw_rma_peer_t *p = &rma->peers[op->peer];
     tw_rma_flush_req_t *ready;
 
-    pthread_mutex_lock(&p->lock);
+    tw_mutex_lock(&p->lock);
     if (op->prev != NULL) {
         op->prev->next = op->next;
     } else {
@@ -70,7 +70,7 @@ static tw_rma_flush_req_t *tw_rma_unlist(tw_rma_t *rma, tw_rma_op_t *op)
     }
     op->listed = false;
     ready = tw_rma_flushes_ready(p);
-    pthread_mutex_unlock(&p->lock);
+    tw_mutex_unlock(&p->lock);
     return ready;
 }
 
@@ -78,7 +78,7 @@ void tw_rma_list(tw_rma_t *rma, tw_rma_op_t *op)
 {
     tw_rma_peer_t *p = &rma->peers[op->peer];
 
-    pthread_mutex_lock(&p->lock);
+    tw_mutex_lock(&p->lock);
     op->seq = p->next_seq++;
     op->prev = p->tail;
     op->next = NULL;
@@ -89,7 +89,7 @@ void tw_rma_list(tw_rma_t *rma, tw_rma_op_t *op)
     }
     p->tail = op;
     op->listed = true;
-    pthread_mutex_unlock(&p->lock);
+    tw_mutex_unlock(&p->lock);
 }
 
 static void tw_rma_complete(tw_rma_op_t *op)
@@ -153,9 +153,9 @@ tw_status_t tw_rma_flush(tw_rma_t *rma, int peer, tw_cq_t *cq, void *user)
         return TW_ERR_NOMEM;
     }
     *f = (tw_rma_flush_req_t){.cq = cq, .user = user};
-    pthread_mutex_lock(&p->lock);
+    tw_mutex_lock(&p->lock);
     if (p->head == NULL) {
-        pthread_mutex_unlock(&p->lock);
+        tw_mutex_unlock(&p->lock);
         tw_rma_flushes_complete(rma, peer, f, TW_OK);
         return TW_OK;
     }
@@ -166,6 +166,6 @@ tw_status_t tw_rma_flush(tw_rma_t *rma, int peer, tw_cq_t *cq, void *user)
         p->fhead = f;
     }
     p->ftail = f;
-    pthread_mutex_unlock(&p->lock);
+    tw_mutex_unlock(&p->lock);
     return TW_OK;
 }

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/tw_lock.h"
 #include "msg/tw_rma.h"
 #include "msg/tw_rma_proto.h"
 #include "progress/tw_cq.h"
@@ -97,7 +98,7 @@ struct tw_rma_flush_req {
 };
 
 typedef struct tw_rma_peer {
-    pthread_mutex_t lock;
+    tw_mutex_t lock;
     uint64_t next_seq;                 /* guarded by lock */
     tw_rma_op_t *head, *tail;          /* puts not complete, in order; guarded by lock */
     tw_rma_flush_req_t *fhead, *ftail; /* guarded by lock */
@@ -136,18 +137,18 @@ struct tw_rma {
     int (*progress)(void *);            /* manual mode: drives the context */
     void *progress_arg;
     /* The region registry. */
-    pthread_rwlock_t reg_lock;
+    tw_rwlock_t reg_lock;
     tw_mr_t *buckets[TW_RMA_BUCKETS]; /* guarded by reg_lock */
     atomic_uint_fast64_t next_id;     /* any thread, atomic relaxed: a counter */
     /* The operations waiting for a reply (tw_rma.c). */
-    pthread_mutex_t slot_lock;
+    tw_mutex_t slot_lock;
     tw_rma_op_t **slots; /* guarded by slot_lock, as are the four below */
     uint32_t *slot_gen;
     uint32_t *slot_next;
     uint32_t nslots;
     uint32_t free_head;
     /* Replies kept for later (tw_rma_sw.c). */
-    pthread_mutex_t defer_lock;
+    tw_mutex_t defer_lock;
     tw_rma_defer_t *dhead, *dtail; /* guarded by defer_lock */
     atomic_uint ndefer;            /* written under defer_lock, read relaxed: a hint */
     /* Log rate limits (tw_rma_log_due); any thread, atomic relaxed. */
@@ -187,7 +188,8 @@ tw_status_t tw_rma_rkey_check(const char *fn, const void *rkey, int peer, uint64
                               size_t len, tw_rma_rkey_t *k);
 /** The region a request names, if key and bounds fit; else
  * TW_ERR_INVALID (counted, logged). Caller holds reg_lock. */
-tw_status_t tw_rma_lookup_locked(tw_rma_t *rma, int src, const tw_rma_hdr_t *h, tw_mr_t **mr_p);
+tw_status_t tw_rma_lookup_locked(tw_rma_t *rma, int src, const tw_rma_hdr_t *h, tw_mr_t **mr_p)
+    TW_TSA(requires_shared_capability(rma->reg_lock));
 
 /* tw_rma_flush.c */
 /** Give put @p op its number and append it to its peer's list. */

@@ -164,10 +164,10 @@ tw_status_t tw_rma_mem_register(tw_rma_t *rma, void *addr, size_t len, tw_mr_t *
         t->len = (uint8_t)klen;
         mr->ntl++;
     }
-    pthread_rwlock_wrlock(&rma->reg_lock);
+    tw_rwlock_wrlock(&rma->reg_lock);
     mr->next = rma->buckets[mr->id % TW_RMA_BUCKETS];
     rma->buckets[mr->id % TW_RMA_BUCKETS] = mr;
-    pthread_rwlock_unlock(&rma->reg_lock);
+    tw_rwlock_unlock(&rma->reg_lock);
     *mr_p = mr;
     return TW_OK;
 }
@@ -189,7 +189,7 @@ tw_status_t tw_rma_mem_deregister(tw_mr_t *mr)
     }
     if (!atomic_load_explicit(&mr->dead, memory_order_acquire)) {
         rma = mr->rma;
-        pthread_rwlock_wrlock(&rma->reg_lock);
+        tw_rwlock_wrlock(&rma->reg_lock);
         for (tw_mr_t **pp = &rma->buckets[mr->id % TW_RMA_BUCKETS]; *pp != NULL;
              pp = &(*pp)->next) {
             if (*pp == mr) {
@@ -197,7 +197,7 @@ tw_status_t tw_rma_mem_deregister(tw_mr_t *mr)
                 break;
             }
         }
-        pthread_rwlock_unlock(&rma->reg_lock);
+        tw_rwlock_unlock(&rma->reg_lock);
         /* No request finds it now; let the pulls and replies that hold
          * it finish (their transports complete them, whatever happens). */
         while (atomic_load_explicit(&mr->inflight, memory_order_acquire) > 0) {
@@ -217,7 +217,7 @@ void tw_rma_release_regions(tw_rma_t *rma)
 {
     unsigned n = 0;
 
-    pthread_rwlock_wrlock(&rma->reg_lock);
+    tw_rwlock_wrlock(&rma->reg_lock);
     for (unsigned i = 0; i < TW_RMA_BUCKETS; i++) {
         for (tw_mr_t *mr = rma->buckets[i]; mr != NULL; mr = mr->next) {
             tw_rma_release_tl(mr);
@@ -226,7 +226,7 @@ void tw_rma_release_regions(tw_rma_t *rma)
         }
         rma->buckets[i] = NULL;
     }
-    pthread_rwlock_unlock(&rma->reg_lock);
+    tw_rwlock_unlock(&rma->reg_lock);
     if (n > 0) {
         tw_warn("rma",
                 "%u memory region(s) still registered at tw_finalize: released; "

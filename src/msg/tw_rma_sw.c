@@ -52,7 +52,7 @@ static void tw_rma_defer(tw_rma_t *rma, int src, const tw_rma_hdr_t *h)
     d->next = NULL;
     d->src = src;
     d->h = *h;
-    pthread_mutex_lock(&rma->defer_lock);
+    tw_mutex_lock(&rma->defer_lock);
     if (rma->dtail != NULL) {
         rma->dtail->next = d;
     } else {
@@ -60,7 +60,7 @@ static void tw_rma_defer(tw_rma_t *rma, int src, const tw_rma_hdr_t *h)
     }
     rma->dtail = d;
     atomic_fetch_add_explicit(&rma->ndefer, 1, memory_order_relaxed);
-    pthread_mutex_unlock(&rma->defer_lock);
+    tw_mutex_unlock(&rma->defer_lock);
     tw_stats_inc(rma->stats, TW_RMA_STAT_DEFERRED);
 }
 
@@ -96,12 +96,12 @@ static void tw_rma_serve_put(tw_rma_t *rma, int src, const tw_rma_hdr_t *h, cons
     tw_mr_t *mr;
 
     if (h->len == len) {
-        pthread_rwlock_rdlock(&rma->reg_lock);
+        tw_rwlock_rdlock(&rma->reg_lock);
         st = tw_rma_lookup_locked(rma, src, h, &mr);
         if (st == TW_OK && len > 0) {
             memcpy((void *)(uintptr_t)h->addr, data, len);
         }
-        pthread_rwlock_unlock(&rma->reg_lock);
+        tw_rwlock_unlock(&rma->reg_lock);
     } else {
         tw_rma_drop(rma, src, "put length does not match its payload");
     }
@@ -129,13 +129,13 @@ static void tw_rma_serve_get(tw_rma_t *rma, int src, const tw_rma_hdr_t *h)
     tw_status_t st, sst;
     tw_mr_t *mr;
 
-    pthread_rwlock_rdlock(&rma->reg_lock);
+    tw_rwlock_rdlock(&rma->reg_lock);
     st = tw_rma_lookup_locked(rma, src, h, &mr);
     if (st == TW_OK && h->len > iface->attr.max_zcopy) {
         st = TW_ERR_INVALID;
     }
     if (st != TW_OK) {
-        pthread_rwlock_unlock(&rma->reg_lock);
+        tw_rwlock_unlock(&rma->reg_lock);
         r.status = (int16_t)st;
         sst = tw_tl_am_short(iface, src, TW_MSG_AM_RMA, &r, sizeof(r), NULL, 0);
         if (sst != TW_OK) {
@@ -147,10 +147,10 @@ static void tw_rma_serve_get(tw_rma_t *rma, int src, const tw_rma_hdr_t *h)
     if (h->len <= rma->eager_limit && sizeof(r) + h->len <= iface->attr.max_short) {
         /* Copied under the read lock: deregistration waits for it. */
         sst = tw_tl_am_short(iface, src, TW_MSG_AM_RMA, &r, sizeof(r), addr, h->len);
-        pthread_rwlock_unlock(&rma->reg_lock);
+        tw_rwlock_unlock(&rma->reg_lock);
     } else {
         atomic_fetch_add_explicit(&mr->inflight, 1, memory_order_relaxed);
-        pthread_rwlock_unlock(&rma->reg_lock);
+        tw_rwlock_unlock(&rma->reg_lock);
         x = tw_malloc(sizeof(*x));
         if (x == NULL) {
             sst = TW_ERR_AGAIN; /* try again later */
@@ -180,11 +180,11 @@ int tw_rma_progress(void *arg)
     if (atomic_load_explicit(&rma->ndefer, memory_order_relaxed) == 0) {
         return 0;
     }
-    pthread_mutex_lock(&rma->defer_lock);
+    tw_mutex_lock(&rma->defer_lock);
     d = rma->dhead;
     rma->dhead = rma->dtail = NULL;
     atomic_store_explicit(&rma->ndefer, 0, memory_order_relaxed);
-    pthread_mutex_unlock(&rma->defer_lock);
+    tw_mutex_unlock(&rma->defer_lock);
     while (d != NULL) {
         tw_rma_defer_t *next = d->next;
         if (!tw_rma_is_down(rma, d->src)) {
@@ -337,12 +337,12 @@ void tw_rma_rndv(tw_rma_t *rma, int src, const void *hdr, size_t hdr_len, size_t
         tw_mr_t *mr = NULL;
         st = TW_ERR_PROTOCOL;
         if (h.len == len) {
-            pthread_rwlock_rdlock(&rma->reg_lock);
+            tw_rwlock_rdlock(&rma->reg_lock);
             st = tw_rma_lookup_locked(rma, src, &h, &mr);
             if (st == TW_OK) {
                 atomic_fetch_add_explicit(&mr->inflight, 1, memory_order_relaxed);
             }
-            pthread_rwlock_unlock(&rma->reg_lock);
+            tw_rwlock_unlock(&rma->reg_lock);
         } else {
             tw_rma_drop(rma, src, "put length does not match its payload");
         }

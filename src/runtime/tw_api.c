@@ -248,10 +248,10 @@ tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn, void 
     if (impl == NULL) {
         return TW_ERR_INVALID;
     }
-    pthread_mutex_lock(&impl->err_lock);
+    tw_mutex_lock(&impl->err_lock);
     impl->err_fn = fn;
     impl->err_arg = arg;
-    pthread_mutex_unlock(&impl->err_lock);
+    tw_mutex_unlock(&impl->err_lock);
     return TW_OK;
 }
 

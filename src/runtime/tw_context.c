@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/tw_lock.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
@@ -146,14 +147,14 @@ size_t tw_cfg_all_tables(const tw_cfg_table_t **tables, size_t max)
 
 /* ---- context shells -------------------------------------------------- */
 
-static pthread_mutex_t tw_shell_lock = PTHREAD_MUTEX_INITIALIZER;
+static tw_mutex_t tw_shell_lock = TW_MUTEX_INITIALIZER(TW_LOCK_RANK_SHELLS, "context shells");
 static tw_context_t *tw_shells; /* every shell ever made; guarded by tw_shell_lock */
 
 static tw_context_t *tw_shell_get(void)
 {
     tw_context_t *c;
 
-    pthread_mutex_lock(&tw_shell_lock);
+    tw_mutex_lock(&tw_shell_lock);
     for (c = tw_shells; c != NULL; c = c->next) {
         if (atomic_load_explicit(&c->magic, memory_order_relaxed) == TW_CTX_DEAD) {
             break;
@@ -170,21 +171,21 @@ static tw_context_t *tw_shell_get(void)
         /* Claimed: not DEAD (so no one else takes it), not yet LIVE. */
         atomic_store_explicit(&c->magic, 0, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&tw_shell_lock);
+    tw_mutex_unlock(&tw_shell_lock);
     return c;
 }
 
 static void tw_shell_put(tw_context_t *c)
 {
-    pthread_mutex_lock(&tw_shell_lock);
+    tw_mutex_lock(&tw_shell_lock);
     c->impl = NULL;
     atomic_store_explicit(&c->magic, TW_CTX_DEAD, memory_order_release);
-    pthread_mutex_unlock(&tw_shell_lock);
+    tw_mutex_unlock(&tw_shell_lock);
 }
 
 __attribute__((destructor)) static void tw_shells_free(void)
 {
-    pthread_mutex_lock(&tw_shell_lock);
+    tw_mutex_lock(&tw_shell_lock);
     for (tw_context_t *c = tw_shells, *next; c != NULL; c = next) {
         next = c->next;
         if (atomic_load_explicit(&c->magic, memory_order_relaxed) != TW_CTX_LIVE) {
@@ -192,7 +193,7 @@ __attribute__((destructor)) static void tw_shells_free(void)
         }
     }
     tw_shells = NULL;
-    pthread_mutex_unlock(&tw_shell_lock);
+    tw_mutex_unlock(&tw_shell_lock);
 }
 
 tw_ctx_impl_t *tw_ctx_get(const tw_context_t *ctx, const char *fn)
@@ -405,10 +406,10 @@ static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
     if (why == TW_ERR_TRANSPORT) {
         why = TW_ERR_PEER_FAILED;
     }
-    pthread_mutex_lock(&impl->err_lock);
+    tw_mutex_lock(&impl->err_lock);
     fn = impl->err_fn;
     fn_arg = impl->err_arg;
-    pthread_mutex_unlock(&impl->err_lock);
+    tw_mutex_unlock(&impl->err_lock);
     if (fn != NULL) {
         fn(impl->ctx, peer, why, "peer failed", fn_arg);
     }
@@ -506,7 +507,7 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
     if (impl->boot != NULL) {
         tw_boot_close(impl->boot);
     }
-    pthread_mutex_destroy(&impl->err_lock);
+    tw_mutex_destroy(&impl->err_lock);
     tw_free(impl, sizeof(*impl));
 }
 
@@ -524,7 +525,7 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
     if (impl == NULL) {
         return TW_ERR_NOMEM;
     }
-    pthread_mutex_init(&impl->err_lock, NULL);
+    tw_mutex_init(&impl->err_lock, TW_LOCK_RANK_ERR_HANDLER, "context error handler");
     st = tw_ctx_configure(cfg, &impl->cfg);
     if (st != TW_OK) {
         goto err_teardown;

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 
 #include "core/tw_config.h"
+#include "core/tw_lock.h"
 #include "core/tw_stats.h"
 #include "msg/tw_msg.h"
 #include "progress/tw_pe.h"
@@ -57,7 +58,7 @@ typedef struct tw_ctx_impl {
     tw_msg_t *msg;
     struct tw_boot *boot; /* launcher connection (twrun), or NULL */
     tw_stats_t *cq_stats;
-    pthread_mutex_t err_lock;
+    tw_mutex_t err_lock;
     tw_error_handler_t err_fn; /* guarded by err_lock */
     void *err_arg;             /* guarded by err_lock */
 } tw_ctx_impl_t;

@@ -74,7 +74,7 @@ static void tw_lossy_judge(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer
     tw_lossy_path_t *path;
     int news = 0; /* 1: the blackhole opened, 2: it healed */
 
-    pthread_mutex_lock(&lossy->lock);
+    tw_mutex_lock(&lossy->lock);
     path = &lossy->paths[peer];
     v->before = path->rng[dir];
     v->draw = path->draws[dir]++;
@@ -100,7 +100,7 @@ static void tw_lossy_judge(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer
         lossy->in_blackhole = false;
         news = 2;
     }
-    pthread_mutex_unlock(&lossy->lock);
+    tw_mutex_unlock(&lossy->lock);
 
     if (news == 1) {
         tw_info("lossy",
@@ -129,7 +129,7 @@ static void tw_lossy_judge(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer
 static void tw_lossy_undo(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer,
                           const tw_lossy_verdict_t *v)
 {
-    pthread_mutex_lock(&lossy->lock);
+    tw_mutex_lock(&lossy->lock);
     tw_lossy_path_t *path = &lossy->paths[peer];
     if (path->draws[dir] == v->draw + 1) { /* nobody drew since */
         path->rng[dir] = v->before;
@@ -138,7 +138,7 @@ static void tw_lossy_undo(tw_lossy_iface_t *lossy, tw_fault_dir_t dir, int peer,
             path->count[dir]--;
         }
     }
-    pthread_mutex_unlock(&lossy->lock);
+    tw_mutex_unlock(&lossy->lock);
 }
 
 static void tw_lossy_count(tw_lossy_iface_t *lossy, const tw_lossy_verdict_t *v, bool corrupt,
@@ -374,7 +374,7 @@ static int tw_lossy_progress(tw_tl_iface_t *iface)
         tw_lossy_kill(lossy);
     }
     killed = atomic_load_explicit(&lossy->killed, memory_order_acquire);
-    pthread_mutex_lock(&lossy->lock);
+    tw_mutex_lock(&lossy->lock);
     done = lossy->done;
     lossy->done = NULL;
     lossy->done_tail = &lossy->done;
@@ -386,7 +386,7 @@ static int tw_lossy_progress(tw_tl_iface_t *iface)
         due = tw_lossy_take_due_locked(lossy, now);
     }
     busy = lossy->held != NULL;
-    pthread_mutex_unlock(&lossy->lock);
+    tw_mutex_unlock(&lossy->lock);
 
     if (killed && !lossy->kill_reported) {
         events += tw_lossy_report_kill(lossy);

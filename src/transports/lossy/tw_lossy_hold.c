@@ -83,10 +83,10 @@ void tw_lossy_hold(tw_lossy_iface_t *lossy, tw_lossy_frame_t *f, uint64_t seq, u
     f->hold_until = now + TW_LOSSY_HOLD_MAX_NS;
     f->due = delay_ns > 0 ? now + delay_ns : 0;
     f->next = NULL;
-    pthread_mutex_lock(&lossy->lock);
+    tw_mutex_lock(&lossy->lock);
     *lossy->held_tail = f;
     lossy->held_tail = &f->next;
-    pthread_mutex_unlock(&lossy->lock);
+    tw_mutex_unlock(&lossy->lock);
     tw_pe_wake(lossy->super.pe);
 }
 
@@ -95,10 +95,10 @@ void tw_lossy_defer(tw_lossy_iface_t *lossy, tw_lossy_done_t *d, tw_tl_comp_t *c
 {
     d->comp = comp;
     d->next = NULL;
-    pthread_mutex_lock(&lossy->lock);
+    tw_mutex_lock(&lossy->lock);
     *lossy->done_tail = d;
     lossy->done_tail = &d->next;
-    pthread_mutex_unlock(&lossy->lock);
+    tw_mutex_unlock(&lossy->lock);
     tw_pe_wake(lossy->super.pe);
 }
 
@@ -223,13 +223,13 @@ int tw_lossy_release(tw_lossy_iface_t *lossy, tw_lossy_frame_t *due, bool *stall
         back_tail = &f->next;
     }
     if (back != NULL) {
-        pthread_mutex_lock(&lossy->lock);
+        tw_mutex_lock(&lossy->lock);
         *back_tail = lossy->held;
         if (lossy->held == NULL) {
             lossy->held_tail = back_tail;
         }
         lossy->held = back;
-        pthread_mutex_unlock(&lossy->lock);
+        tw_mutex_unlock(&lossy->lock);
     }
     *stalled_p = stalled;
     return n;

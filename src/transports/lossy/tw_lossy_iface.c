@@ -178,7 +178,7 @@ tw_status_t tw_lossy_wrap(tw_tl_iface_t *inner, const tw_tl_params_t *params,
         st = TW_ERR_TRANSPORT;
         goto err_stats;
     }
-    if (pthread_mutex_init(&lossy->lock, NULL) != 0) {
+    if (tw_mutex_init(&lossy->lock, TW_LOCK_RANK_LOSSY, "fault injector") != TW_OK) {
         tw_error("lossy", "%s: cannot initialise a mutex", name);
         st = TW_ERR_NOMEM;
         goto err_timer;
@@ -209,9 +209,9 @@ tw_status_t tw_lossy_wrap(tw_tl_iface_t *inner, const tw_tl_params_t *params,
     lossy->super.attr = inner->attr;
     tw_lossy_bind_inner(lossy, params);
     lossy->t0 = tw_time_ns();
-    pthread_mutex_lock(&lossy->lock);
+    tw_mutex_lock(&lossy->lock);
     tw_lossy_arm_locked(lossy, spec->kill_ns);
-    pthread_mutex_unlock(&lossy->lock);
+    tw_mutex_unlock(&lossy->lock);
     tw_debug("lossy",
              "%s wrapped with faults (seed %" PRIu64 ", blackhole %" PRIu64 " ns for %" PRIu64
              " ns, kill %" PRIu64 " ns)",
@@ -221,7 +221,7 @@ tw_status_t tw_lossy_wrap(tw_tl_iface_t *inner, const tw_tl_params_t *params,
     return TW_OK;
 
 err_mutex:
-    pthread_mutex_destroy(&lossy->lock);
+    tw_mutex_destroy(&lossy->lock);
 err_timer:
     close(lossy->timer_fd);
 err_stats:
@@ -247,15 +247,15 @@ void tw_lossy_iface_close(tw_tl_iface_t *iface)
         tw_pe_unwatch(lossy->super.pe, lossy->timer_fd);
     }
     close(lossy->timer_fd);
-    pthread_mutex_lock(&lossy->lock);
+    tw_mutex_lock(&lossy->lock);
     held = lossy->held;
     done = lossy->done;
     lossy->held = NULL;
     lossy->done = NULL;
-    pthread_mutex_unlock(&lossy->lock);
+    tw_mutex_unlock(&lossy->lock);
     tw_lossy_discard(held, TW_ERR_CANCELED);
     tw_lossy_complete(done);
-    pthread_mutex_destroy(&lossy->lock);
+    tw_mutex_destroy(&lossy->lock);
     tw_stats_destroy(lossy->fstats);
     tw_free(lossy->paths, (size_t)lossy->super.size * sizeof(*lossy->paths));
     tw_free(lossy, sizeof(*lossy));
@@ -269,10 +269,10 @@ void tw_lossy_set_spec(tw_tl_iface_t *iface, const tw_fault_spec_t *spec)
         tw_error("lossy", "tw_lossy_set_spec: not a lossy iface, or a bad spec");
         return;
     }
-    pthread_mutex_lock(&lossy->lock);
+    tw_mutex_lock(&lossy->lock);
     lossy->spec = *spec;
     tw_lossy_arm_locked(lossy, spec->kill_ns);
-    pthread_mutex_unlock(&lossy->lock);
+    tw_mutex_unlock(&lossy->lock);
 }
 
 tw_stats_t *tw_lossy_stats(const tw_tl_iface_t *iface)

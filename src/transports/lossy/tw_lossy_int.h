@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "core/tw_config.h"
+#include "core/tw_lock.h"
 #include "transports/base/tw_tl.h"
 #include "transports/lossy/tw_fault.h"
 #include "transports/lossy/tw_lossy.h"
@@ -72,7 +73,7 @@ typedef struct tw_lossy_iface {
     atomic_bool killed;       /* set once: sends fail, arrivals vanish */
     bool timer_watched;       /* engine owner only */
     bool kill_reported;       /* engine owner only */
-    pthread_mutex_t lock;
+    tw_mutex_t lock;
     /* Guarded by lock. */
     tw_fault_spec_t spec;
     tw_lossy_path_t *paths; /* [super.size] */
@@ -123,11 +124,12 @@ void tw_lossy_flip(tw_lossy_frame_t *f, size_t bit);
 void tw_lossy_hold(tw_lossy_iface_t *lossy, tw_lossy_frame_t *f, uint64_t seq, unsigned hold,
                    uint64_t delay_ns);
 void tw_lossy_defer(tw_lossy_iface_t *lossy, tw_lossy_done_t *d, tw_tl_comp_t *comp);
-tw_lossy_frame_t *tw_lossy_take_due_locked(tw_lossy_iface_t *lossy, uint64_t now);
+tw_lossy_frame_t *tw_lossy_take_due_locked(tw_lossy_iface_t *lossy, uint64_t now)
+    TW_REQUIRES(lossy->lock);
 int tw_lossy_release(tw_lossy_iface_t *lossy, tw_lossy_frame_t *due, bool *stalled_p);
 int tw_lossy_discard(tw_lossy_frame_t *list, tw_status_t st);
 int tw_lossy_complete(tw_lossy_done_t *list);
-void tw_lossy_arm_locked(tw_lossy_iface_t *lossy, uint64_t kill_ns);
+void tw_lossy_arm_locked(tw_lossy_iface_t *lossy, uint64_t kill_ns) TW_REQUIRES(lossy->lock);
 int tw_lossy_report_kill(tw_lossy_iface_t *lossy);
 
 /* ---- tw_lossy_iface.c --------------------------------------------------------------- */

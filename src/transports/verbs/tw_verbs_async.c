@@ -36,6 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/tw_lock.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 
@@ -67,14 +68,14 @@ typedef struct tw_va_dev {
 struct tw_va {
     pthread_t thread;
     int ctl[2]; /* control pipe: [0] read by the thread, [1] written by callers */
-    pthread_mutex_t lock;
+    tw_mutex_t lock;
     pthread_cond_t cond; /* a command is done */
     /* The thread's own: */
     tw_va_src_t *srcs;
     struct pollfd *pfds; /* [0] the pipe, [1 + i] srcs[i] */
     unsigned nsrcs, cap;
-    /* Callers': device records, under lock. */
-    tw_va_dev_t *devs;
+    /* Callers': device records. */
+    tw_va_dev_t *devs; /* guarded by lock */
 };
 
 /* ---- the thread --------------------------------------------------------- */
@@ -155,10 +156,10 @@ static bool tw_va_commands(tw_va_t *va)
             run = false;
             break;
         }
-        pthread_mutex_lock(&va->lock);
+        tw_mutex_lock(&va->lock);
         c->done = true;
         pthread_cond_broadcast(&va->cond);
-        pthread_mutex_unlock(&va->lock);
+        tw_mutex_unlock(&va->lock);
     }
 }
 
@@ -228,11 +229,11 @@ static tw_status_t tw_va_call(tw_va_t *va, tw_va_cmd_t *c)
         tw_error("verbs", "async thread: control pipe: %s", n < 0 ? strerror(errno) : "short");
         return TW_ERR_TRANSPORT;
     }
-    pthread_mutex_lock(&va->lock);
+    tw_mutex_lock(&va->lock);
     while (!c->done) {
-        pthread_cond_wait(&va->cond, &va->lock);
+        tw_cond_wait(&va->cond, &va->lock);
     }
-    pthread_mutex_unlock(&va->lock);
+    tw_mutex_unlock(&va->lock);
     return c->status;
 }
 
@@ -256,7 +257,7 @@ tw_status_t tw_va_create(tw_va_t **va_p)
     }
     /* Only the thread reads, until the pipe is empty. */
     (void)fcntl(va->ctl[0], F_SETFL, O_NONBLOCK);
-    pthread_mutex_init(&va->lock, NULL);
+    tw_mutex_init(&va->lock, TW_LOCK_RANK_VERBS_ASYNC, "verbs async devices");
     pthread_cond_init(&va->cond, NULL);
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -267,7 +268,7 @@ tw_status_t tw_va_create(tw_va_t **va_p)
         close(va->ctl[0]);
         close(va->ctl[1]);
         pthread_cond_destroy(&va->cond);
-        pthread_mutex_destroy(&va->lock);
+        tw_mutex_destroy(&va->lock);
         tw_free(va, sizeof(*va));
         return TW_ERR_TRANSPORT;
     }
@@ -299,7 +300,7 @@ void tw_va_destroy(tw_va_t *va)
     tw_free(va->srcs, va->cap * sizeof(*va->srcs));
     tw_free(va->pfds, (va->cap + 1) * sizeof(*va->pfds));
     pthread_cond_destroy(&va->cond);
-    pthread_mutex_destroy(&va->lock);
+    tw_mutex_destroy(&va->lock);
     tw_free(va, sizeof(*va));
 }
 
@@ -417,10 +418,10 @@ tw_status_t tw_va_add_device(tw_va_t *va, struct ibv_context *ctx, tw_va_event_f
         tw_free(d, sizeof(*d));
         return st;
     }
-    pthread_mutex_lock(&va->lock);
+    tw_mutex_lock(&va->lock);
     d->next = va->devs;
     va->devs = d;
-    pthread_mutex_unlock(&va->lock);
+    tw_mutex_unlock(&va->lock);
     return TW_OK;
 }
 
@@ -433,7 +434,7 @@ tw_status_t tw_va_remove_device(tw_va_t *va, struct ibv_context *ctx)
         return TW_ERR_INVALID;
     }
     st = tw_va_remove(va, ctx->async_fd);
-    pthread_mutex_lock(&va->lock);
+    tw_mutex_lock(&va->lock);
     for (pp = &va->devs; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->ctx == ctx) {
             d = *pp;
@@ -441,7 +442,7 @@ tw_status_t tw_va_remove_device(tw_va_t *va, struct ibv_context *ctx)
             break;
         }
     }
-    pthread_mutex_unlock(&va->lock);
+    tw_mutex_unlock(&va->lock);
     if (d != NULL) {
         tw_free(d, sizeof(*d));
     }

@@ -11,7 +11,7 @@ tw_status_t tw_verbs_rcache_init(tw_verbs_rcache_t *rc, tw_verbs_rcache_release_
                                  void *arg)
 {
     memset(rc, 0, sizeof(*rc));
-    if (pthread_mutex_init(&rc->lock, NULL) != 0) {
+    if (tw_mutex_init(&rc->lock, TW_LOCK_RANK_VERBS_RCACHE, "registration cache") != TW_OK) {
         return TW_ERR_NOMEM;
     }
     rc->release = release;
@@ -30,11 +30,12 @@ void tw_verbs_rcache_cleanup(tw_verbs_rcache_t *rc)
     }
     rc->v = NULL;
     rc->cap = 0;
-    pthread_mutex_destroy(&rc->lock);
+    tw_mutex_destroy(&rc->lock);
 }
 
 /* First index whose region starts after @p addr. Caller holds the lock. */
 static size_t tw_verbs_rcache_upper_locked(const tw_verbs_rcache_t *rc, uintptr_t addr)
+    TW_REQUIRES(rc->lock)
 {
     size_t lo = 0, hi = rc->n;
 
@@ -58,12 +59,12 @@ tw_status_t tw_verbs_rcache_insert(tw_verbs_rcache_t *rc, tw_verbs_region_t *r)
     }
     r->refs = 1;
     r->dead = false;
-    pthread_mutex_lock(&rc->lock);
+    tw_mutex_lock(&rc->lock);
     if (rc->n == rc->cap) {
         size_t cap = rc->cap == 0 ? 16 : rc->cap * 2;
         tw_verbs_region_t **v = tw_calloc(cap, sizeof(*v));
         if (v == NULL) {
-            pthread_mutex_unlock(&rc->lock);
+            tw_mutex_unlock(&rc->lock);
             return TW_ERR_NOMEM;
         }
         if (rc->n > 0) {
@@ -79,7 +80,7 @@ tw_status_t tw_verbs_rcache_insert(tw_verbs_rcache_t *rc, tw_verbs_region_t *r)
     memmove(rc->v + at + 1, rc->v + at, (rc->n - at) * sizeof(*rc->v));
     rc->v[at] = r;
     rc->n++;
-    pthread_mutex_unlock(&rc->lock);
+    tw_mutex_unlock(&rc->lock);
     return TW_OK;
 }
 
@@ -91,7 +92,7 @@ tw_verbs_region_t *tw_verbs_rcache_lookup(tw_verbs_rcache_t *rc, const void *add
     if (e < a) {
         return NULL; /* wraps */
     }
-    pthread_mutex_lock(&rc->lock);
+    tw_mutex_lock(&rc->lock);
     /* Regions may overlap: every one that starts at or before @p addr is a
      * candidate, nearest first. */
     for (size_t i = tw_verbs_rcache_upper_locked(rc, a); i-- > 0;) {
@@ -102,7 +103,7 @@ tw_verbs_region_t *tw_verbs_rcache_lookup(tw_verbs_rcache_t *rc, const void *add
             break;
         }
     }
-    pthread_mutex_unlock(&rc->lock);
+    tw_mutex_unlock(&rc->lock);
     return hit;
 }
 
@@ -110,9 +111,9 @@ void tw_verbs_rcache_put(tw_verbs_rcache_t *rc, tw_verbs_region_t *r)
 {
     bool last;
 
-    pthread_mutex_lock(&rc->lock);
+    tw_mutex_lock(&rc->lock);
     last = --r->refs == 0;
-    pthread_mutex_unlock(&rc->lock);
+    tw_mutex_unlock(&rc->lock);
     if (last) {
         rc->release(rc->arg, r);
     }
@@ -122,17 +123,17 @@ tw_status_t tw_verbs_rcache_remove(tw_verbs_rcache_t *rc, tw_verbs_region_t *r)
 {
     size_t i;
 
-    pthread_mutex_lock(&rc->lock);
+    tw_mutex_lock(&rc->lock);
     for (i = 0; i < rc->n && rc->v[i] != r; i++) {
     }
     if (i == rc->n || r->dead) {
-        pthread_mutex_unlock(&rc->lock);
+        tw_mutex_unlock(&rc->lock);
         return TW_ERR_INVALID;
     }
     memmove(rc->v + i, rc->v + i + 1, (rc->n - i - 1) * sizeof(*rc->v));
     rc->n--;
     r->dead = true;
-    pthread_mutex_unlock(&rc->lock);
+    tw_mutex_unlock(&rc->lock);
     tw_verbs_rcache_put(rc, r);
     return TW_OK;
 }
@@ -141,8 +142,8 @@ size_t tw_verbs_rcache_count(tw_verbs_rcache_t *rc)
 {
     size_t n;
 
-    pthread_mutex_lock(&rc->lock);
+    tw_mutex_lock(&rc->lock);
     n = rc->n;
-    pthread_mutex_unlock(&rc->lock);
+    tw_mutex_unlock(&rc->lock);
     return n;
 }

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tw_lock.h"
 #include "threadwire/threadwire.h"
 
 #define TW_VERBS_RCACHE_DEVS 8
@@ -46,7 +47,7 @@ typedef struct tw_verbs_region {
 typedef void (*tw_verbs_rcache_release_fn_t)(void *arg, tw_verbs_region_t *r);
 
 typedef struct tw_verbs_rcache {
-    pthread_mutex_t lock;
+    tw_mutex_t lock;
     tw_verbs_region_t **v; /* live regions sorted by start; guarded by lock */
     size_t n, cap;
     tw_verbs_rcache_release_fn_t release;
