@@ -413,12 +413,14 @@ static void tw_msg_rndv_released(tw_tl_comp_t *comp, tw_status_t status)
 /* Completion for pulls of length 0 that only release a sender. */
 static tw_tl_comp_t tw_msg_release_comp = {.cb = tw_msg_rndv_released};
 
-/* Pull into the matched receive. Thread: engine owner. */
+/* Pull into the matched receive. Thread: an engine of the transport --
+ * the one it announced on (recv_rndv), or the iface's (a hand-over). */
 static void tw_msg_rndv_pull(tw_msg_rreq_t *q)
 {
     size_t n = TW_MIN(q->len, q->r->len);
-    tw_status_t st = tw_tl_rndv_get(q->iface, q->rndv, q->r->buf, n, &q->comp);
+    tw_status_t st;
 
+    st = tw_tl_rndv_get(q->iface, q->rndv, q->r->buf, n, &q->comp);
     if (st != TW_OK) {
         q->comp.cb(&q->comp, st);
     }
@@ -430,6 +432,7 @@ static void tw_msg_rndv_release_cmd(void *arg, void *data, uint64_t u64)
     tw_tl_iface_t *iface = arg;
 
     (void)u64;
+    tw_pe_assert_owner(iface->pe);
     if (tw_tl_rndv_get(iface, data, NULL, 0, &tw_msg_release_comp) != TW_OK) {
         tw_debug("msg", "releasing an announced message failed");
     }

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tw_compiler.h"
 #include "core/tw_stats.h"
 #include "threadwire/threadwire.h"
 
@@ -137,6 +138,10 @@ void tw_pe_wake(tw_pe_t *pe);
 
 /** True on the thread currently running @p pe's functions. */
 bool tw_pe_is_owner(const tw_pe_t *pe);
+
+/** Builds with assertions: the caller runs @p pe's functions -- what an
+ * engine owns is touched by nobody else. */
+#define tw_pe_assert_owner(pe) tw_assert(tw_pe_is_owner(pe))
 
 /** Stop and join the thread; afterwards pending commands are run by
  * tw_pe_progress (finalize drains them). Idempotent. Thread: not the

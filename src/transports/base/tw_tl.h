@@ -310,9 +310,10 @@ struct tw_tl_ops {
      * into @p dst; comp->cb runs when they landed (TW_OK), or with
      * TW_ERR_PEER_FAILED -- possibly before this returns. The sender's
      * operation completes too. TW_OK, or TW_ERR_INVALID (more than was
-     * announced: the handle is released). Thread: the iface's engine
-     * owner (a transport whose handles belong to engines of its own hands
-     * the pull over to the right one). */
+     * announced: the handle is released). Thread: an engine of the
+     * transport -- the one that announced it (from recv_rndv on), or the
+     * iface's; a transport whose handles belong to one engine of its own
+     * hands the pull over to it. */
     tw_status_t (*rndv_get)(tw_tl_iface_t *iface, tw_tl_rndv_t *rndv, void *dst, size_t len,
                             tw_tl_comp_t *comp);
     /** This iface's own work on its engine (not its inner ifaces': every

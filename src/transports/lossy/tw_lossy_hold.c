@@ -296,6 +296,7 @@ int tw_lossy_report_kill(tw_lossy_iface_t *lossy)
     tw_tl_iface_t *inner = lossy->inner;
     int n = 1;
 
+    tw_pe_assert_owner(lossy->super.pe);
     lossy->kill_reported = true;
     if (lossy->timer_watched) {
         tw_pe_unwatch(lossy->super.pe, lossy->timer_fd);

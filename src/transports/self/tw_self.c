@@ -49,6 +49,7 @@ static void tw_self_deliver(void *arg, void *data, uint64_t u64)
     const void *payload = frag->zdata != NULL ? frag->zdata : frag->bytes + frag->hdr_len;
 
     (void)u64;
+    tw_pe_assert_owner(self->super.pe);
     tw_stats_inc(self->super.stats, TW_TL_STAT_RX_MSGS);
     tw_stats_add(self->super.stats, TW_TL_STAT_RX_BYTES, frag->len);
     self->super.recv(self->super.recv_arg, self->super.rank, frag->am_id, frag->bytes,

@@ -212,7 +212,7 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
             }
         }
         while (tw_tcp_queued(tcp) && tw_time_ns() < until) {
-            (void)tw_tcp_lane_progress(&tcp->lanes[0]);
+            (void)tw_pe_try_call(tcp->lanes[0].pe, tw_tcp_lane_progress, &tcp->lanes[0]);
             for (int k = 1; k < tcp->nlanes; k++) {
                 (void)tw_pe_progress(tcp->lanes[k].pe);
             }

@@ -217,6 +217,7 @@ int tw_tcp_lane_progress(void *arg)
 {
     tw_tcp_lane_t *lane = arg;
 
+    tw_pe_assert_owner(lane->pe);
     lane->events = 0;
     if (!lane->in_worker && (lane->downs != NULL || lane->nreparse > 0)) {
         tw_tcp_worker_leftovers(lane);

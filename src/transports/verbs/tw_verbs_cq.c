@@ -222,6 +222,7 @@ int tw_verbs_dev_progress(void *arg)
     void *ectx;
 
     dev->events = 0;
+    tw_pe_assert_owner(dev->pe);
     tw_verbs_lost_check(dev);
     /* Events are taken even from a lost CQ (its channel would stay
      * readable): it is not polled nor armed again. */
