@@ -15,7 +15,7 @@
  * submission lane (tw_tl_submit) and the engine appends it; dirty queues
  * are written once per pass.
  *
- * Left out (docs/tcp-plan.md): a sender-side rendezvous (so a send
+ * Left out: a sender-side rendezvous (so a send
  * completes only once received); a pool for frames handed to a busy
  * engine (only the engine or try-lock holder uses a lane's pool, so those
  * frames come from jemalloc's thread cache).
