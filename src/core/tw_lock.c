@@ -23,18 +23,22 @@ typedef struct tw_lock_held {
 static TW_TLS unsigned tw_lock_nheld;
 static TW_TLS tw_lock_held_t tw_lock_held[TW_LOCK_HELD_MAX];
 
+#if TW_TESTING
 /* Tests replace abort() to see a violation; NULL: abort. */
 void (*tw_lock_violation_hook)(const char *taking, const char *holding);
+#endif
 
 void tw_lock_witness_acquire(const void *lock, tw_lock_rank_t rank, const char *name)
 {
     for (unsigned i = 0; i < tw_lock_nheld; i++) {
         const tw_lock_held_t *h = &tw_lock_held[i];
         if (h->rank >= rank) {
+#if TW_TESTING
             if (tw_lock_violation_hook != NULL) {
                 tw_lock_violation_hook(name, h->name);
                 break;
             }
+#endif
             fprintf(stderr,
                     "threadwire: lock order: taking %s (rank %d) while holding %s (rank %d)%s\n",
                     name, (int)rank, h->name, (int)h->rank,

@@ -75,8 +75,10 @@ typedef struct TW_CAPABILITY("rwlock") tw_rwlock {
 void tw_lock_witness_acquire(const void *lock, tw_lock_rank_t rank, const char *name);
 void tw_lock_witness_release(const void *lock);
 bool tw_lock_witness_holds(const void *lock);
+#if TW_TESTING
 /* Test hook: called instead of abort() on a violation (NULL: abort). */
 extern void (*tw_lock_violation_hook)(const char *taking, const char *holding);
+#endif
 
 /** Initialise @p m with its @p rank and a @p name for reports. TW_OK or
  * TW_ERR_NOMEM. Thread: any (before the lock is shared). */

@@ -100,7 +100,9 @@ TW_RING_DEFINE(cqe, tw_completion)
 
 /* ---- out-of-line parts of tw_ring.h ------------------------------------- */
 
+#if TW_TESTING
 _Atomic(tw_ring_hook_fn_t) tw_ring_test_yield_hook; /* zero: NULL */
+#endif
 
 /* tw_backoff steps before sleeping: its pause steps (~64) and ~8 yields. */
 #define TW_RING_COMMIT_BACKOFF_STEPS 72

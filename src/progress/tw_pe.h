@@ -130,7 +130,9 @@ void tw_pe_hand_over(tw_pe_t *pe, const tw_pe_cmd_t *cmd);
 /** Test hook: the next @p n tw_pe_hand_over calls that submit (any pe,
  * any thread) find no lane, as if it could not be allocated. Returns how
  * many the previous call had left unused. */
+#if TW_TESTING
 unsigned tw_pe_test_submit_fail(unsigned n);
+#endif
 
 /** Wake the owner if it sleeps (e.g. after posting into a ring it polls).
  * A fence and a load when nobody sleeps. Thread: any. */

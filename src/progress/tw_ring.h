@@ -86,12 +86,11 @@
  * granted after that commit, so acquiring `data` here is always late
  * enough to order the two writes.
  *
- * Test hook. tw_ring_test_yield_hook (NULL in production: one predictable
- * branch) is called between reserve and write, between write and commit,
- * and after a dequeue before its annotations; stress tests set it to a
- * seeded random sched_yield() to stretch those windows. It is a global
- * function pointer rather than an #ifdef because threadwire_internal is
- * shared by tests and benchmarks.
+ * Test hook (builds with TW_TESTING only). tw_ring_test_yield_hook is
+ * called between reserve and write, between write and commit, and after a
+ * dequeue before its annotations; stress tests set it to a seeded random
+ * sched_yield() to stretch those windows. Without TW_TESTING the points
+ * compile to nothing.
  *
  * Internal header: C11 only (_Atomic, and CK_RING_PROTOTYPE is not C++).
  */
@@ -108,7 +107,8 @@
 #include "core/tw_mem.h"
 #include "threadwire/threadwire.h"
 
-/** Test hook; NULL outside tests. Thread: set before the rings are used. */
+#if TW_TESTING
+/** Test hook; NULL unless a test set it. Thread: set before the rings are used. */
 typedef void (*tw_ring_hook_fn_t)(void);
 extern _Atomic(tw_ring_hook_fn_t) tw_ring_test_yield_hook;
 
@@ -119,6 +119,9 @@ static inline void tw_ring_test_point(void)
         fn();
     }
 }
+#else
+static inline void tw_ring_test_point(void) {}
+#endif
 
 /* Functions whose plain accesses TSan must not see (speculative reads).
  * Only in TSan builds: elsewhere the attribute could stop inlining. */

@@ -99,7 +99,7 @@ tw_status_t tw_stack_build(tw_ctx_impl_t *impl, const tw_tl_params_t *up);
 tw_status_t tw_stack_exchange(tw_ctx_impl_t *impl);
 /** Route every peer through the first root that reaches it. */
 tw_status_t tw_stack_route(tw_ctx_impl_t *impl);
-/** Every rank connected and routed: ready, inner ifaces first. */
+/** Every rank connected and routed: ready, each wrapper before its inner ifaces. */
 void tw_stack_ready(tw_ctx_impl_t *impl);
 /** Finalize with the engines running: goodbyes, bounded waits. */
 void tw_stack_quiesce(tw_ctx_impl_t *impl);

@@ -40,7 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
     }
-    TW_FUZZ_CHECK(s.any == (any || s.blackhole_ns != 0 || s.kill_ns != 0));
+    TW_FUZZ_CHECK(s.any ==
+                  (any || s.blackhole_ns != 0 || s.kill_ns != 0 || s.blackhole_frames != 0));
     tw_fault_rng_init(&rng, s.seed, 0, 1, TW_FAULT_TX);
     for (unsigned i = 0; i < 64; i++) {
         tw_fault_decision_t dec;

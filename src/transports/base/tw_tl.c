@@ -308,16 +308,13 @@ tw_status_t tw_tl_pe_add_tree(tw_tl_iface_t *root)
     return (tw_status_t)tw_tl_walk(root, tw_tl_pe_add_one, NULL);
 }
 
-static int tw_tl_ready_one(tw_tl_iface_t *iface, void *arg)
-{
-    (void)arg;
-    iface->ops->ready(iface);
-    return 0;
-}
-
 void tw_tl_ready_tree(tw_tl_iface_t *root)
 {
-    (void)tw_tl_walk(root, tw_tl_ready_one, NULL);
+    /* Before the inner ifaces: their threads may deliver to it at once. */
+    root->ops->ready(root);
+    for (unsigned i = 0; i < root->ninner; i++) {
+        tw_tl_ready_tree(root->inner[i]);
+    }
 }
 
 void tw_tl_quiesce_tree(tw_tl_iface_t *root)

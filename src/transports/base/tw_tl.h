@@ -27,8 +27,8 @@
  * layer above calls on an iface (sends, poll, reachable, registration)
  * reach the inner ifaces only through the wrapper; the lifecycle slots
  * (addr_pack / addr_connect, ready, progress, close) are per iface, and
- * the tree helpers below run them on every iface of a tree, inner ones
- * first.
+ * the tree helpers below run them on every iface of a tree: inner ones
+ * first, except ready and quiesce (the wrapper first).
  *
  * Back-pressure is TW_ERR_AGAIN (no ring slot, no credit): the caller
  * retries after progress; nothing is queued behind its back (there is no
@@ -277,10 +277,10 @@ struct tw_tl_ops {
     tw_status_t (*addr_pack)(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p);
     tw_status_t (*addr_connect)(tw_tl_iface_t *iface, int peer, const void *addr, size_t len);
     /** Runs once every rank connected (after a job-wide fence) and the
-     * routes are set, after the inner ifaces' ready, before the engines
-     * start: a transport may start threads of its own here (one that
-     * cannot logs it and fails the peers it would serve). Thread: the
-     * caller of tw_init. */
+     * routes are set, before the engines start: a transport may start
+     * threads of its own here (one that cannot logs it and fails the peers
+     * it would serve). A wrapper's runs before its inner ifaces', whose
+     * threads may deliver to it at once. Thread: the caller of tw_init. */
     void (*ready)(tw_tl_iface_t *iface);
     /** Before close, with the engines still running: say goodbye to the
      * peers and wait (bounded) until what was sent is acknowledged. The
@@ -424,7 +424,7 @@ int tw_tl_walk(tw_tl_iface_t *root, int (*fn)(tw_tl_iface_t *iface, void *arg), 
 /** Register every iface of the tree with its engine (tw_pe_add) and mark
  * the engines of polling ifaces (tw_pe_workers_poll). Before tw_pe_start. */
 tw_status_t tw_tl_pe_add_tree(tw_tl_iface_t *root);
-/** ready on every iface of the tree, inner ones first. */
+/** ready on every iface of the tree, each wrapper before its inner ifaces. */
 void tw_tl_ready_tree(tw_tl_iface_t *root);
 /** quiesce, the wrapper before its inner ifaces. */
 void tw_tl_quiesce_tree(tw_tl_iface_t *root);

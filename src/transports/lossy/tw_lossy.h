@@ -27,6 +27,7 @@
 
 #include <stdint.h>
 
+#include "core/tw_compiler.h"
 #include "core/tw_stats.h"
 #include "threadwire/threadwire.h"
 #include "transports/base/tw_tl.h"
@@ -69,7 +70,9 @@ tw_status_t tw_lossy_wrap(tw_tl_iface_t *inner, const tw_tl_params_t *params,
  * frames already held keep their fate. Resets nothing else (the rng
  * streams continue, the schedule still counts from open, a killed iface
  * stays killed). Thread: any. */
+#if TW_TESTING
 void tw_lossy_set_spec(tw_tl_iface_t *iface, const tw_fault_spec_t *spec);
+#endif
 
 /** The fault counters of a lossy iface (its stats: group name
  * "lossy:<inner name>", TW_LOSSY_STAT_* order: dropped, corrupted,

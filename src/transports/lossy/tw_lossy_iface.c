@@ -261,6 +261,7 @@ void tw_lossy_iface_close(tw_tl_iface_t *iface)
     tw_free(lossy, sizeof(*lossy));
 }
 
+#if TW_TESTING
 void tw_lossy_set_spec(tw_tl_iface_t *iface, const tw_fault_spec_t *spec)
 {
     tw_lossy_iface_t *lossy = tw_lossy_of(iface);
@@ -274,6 +275,7 @@ void tw_lossy_set_spec(tw_tl_iface_t *iface, const tw_fault_spec_t *spec)
     tw_lossy_arm_locked(lossy, spec->kill_ns);
     tw_mutex_unlock(&lossy->lock);
 }
+#endif
 
 tw_stats_t *tw_lossy_stats(const tw_tl_iface_t *iface)
 {

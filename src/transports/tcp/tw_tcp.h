@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "core/tw_compiler.h"
 #include "core/tw_config.h"
 #include "transports/base/tw_tl.h"
 
@@ -13,6 +14,8 @@
 extern const tw_cfg_table_t tw_tcp_cfg_table;
 
 /** Test hook: the port @p peer listens on (as it published it), or 0. */
+#if TW_TESTING
 uint16_t tw_tcp_test_peer_port(tw_tl_iface_t *iface, int peer);
+#endif
 
 #endif /* TW_TCP_H */

@@ -245,6 +245,7 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
     tw_free(tcp, sizeof(*tcp));
 }
 
+#if TW_TESTING
 uint16_t tw_tcp_test_peer_port(tw_tl_iface_t *iface, int peer)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
@@ -254,3 +255,4 @@ uint16_t tw_tcp_test_peer_port(tw_tl_iface_t *iface, int peer)
     }
     return ntohs(((struct sockaddr_in *)&tcp->eps[peer].addrs[0].ss)->sin_port);
 }
+#endif

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tw_compiler.h"
 #include "core/tw_config.h"
 #include "transports/base/tw_tl.h"
 
@@ -55,7 +56,9 @@ tw_status_t tw_verbs_force_qp_error(tw_tl_iface_t *iface, int peer);
 /** Test hook: drop every @p every-th connection message (REQ, REP, RTU,
  * DOWN, PING, PONG, RESET) this process sends, as a lossy fabric would
  * drop UD datagrams; 1 drops them all, 0 none. Thread: any. */
+#if TW_TESTING
 void tw_verbs_test_drop_conn(unsigned every);
+#endif
 
 /** A device of the transport (opaque). */
 typedef struct tw_verbs_dev tw_verbs_dev_t;
@@ -78,8 +81,12 @@ void tw_verbs_dev_lost(tw_verbs_dev_t *dev, int kind, const char *what);
  * (@p kind as for tw_verbs_dev_lost); TW_ERR_INVALID if @p iface is not
  * a verbs iface. tw_verbs_test_lost_ops: how many posted work requests
  * were completed by hand after a lost CQ, in this process. */
+#if TW_TESTING
 tw_status_t tw_verbs_test_dev_lost(tw_tl_iface_t *iface, int kind);
+#endif
+#if TW_TESTING
 unsigned long tw_verbs_test_lost_ops(void);
+#endif
 /** @p dev's port went down (PORT_ERR): every peer reached through it is
  * down for now (peer_down TW_ERR_TRANSPORT), sends to them fail at once
  * with TW_ERR_TRANSPORT, and each endpoint goes back to "not connected"

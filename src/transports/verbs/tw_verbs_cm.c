@@ -398,6 +398,7 @@ void tw_verbs_ep_reset(tw_verbs_ep_t *ep)
 
 /* ---- connection messages ------------------------------------------------ */
 
+#if TW_TESTING
 /* Test hook: drop every Nth connection message we send (0 = none). */
 static atomic_uint tw_verbs_drop_every;
 static atomic_uint tw_verbs_drop_count;
@@ -406,6 +407,21 @@ void tw_verbs_test_drop_conn(unsigned every)
 {
     atomic_store_explicit(&tw_verbs_drop_every, every, memory_order_relaxed);
 }
+
+static bool tw_verbs_drop_now(void)
+{
+    unsigned every = atomic_load_explicit(&tw_verbs_drop_every, memory_order_relaxed);
+
+    return every > 0 &&
+           (atomic_fetch_add_explicit(&tw_verbs_drop_count, 1, memory_order_relaxed) + 1) % every ==
+               0;
+}
+#else
+static bool tw_verbs_drop_now(void)
+{
+    return false;
+}
+#endif
 
 void tw_verbs_conn_send(tw_verbs_ep_t *ep, uint8_t type)
 {
@@ -430,10 +446,7 @@ void tw_verbs_conn_send(tw_verbs_ep_t *ep, uint8_t type)
     if (dev->nud_tx_free == 0) {
         return; /* the retransmission timer tries again */
     }
-    unsigned every = atomic_load_explicit(&tw_verbs_drop_every, memory_order_relaxed);
-    if (every > 0 &&
-        (atomic_fetch_add_explicit(&tw_verbs_drop_count, 1, memory_order_relaxed) + 1) % every ==
-            0) {
+    if (TW_UNLIKELY(tw_verbs_drop_now())) {
         tw_debug("verbs", "test hook: connection message %u to rank %d dropped", type, ep->peer);
         return;
     }

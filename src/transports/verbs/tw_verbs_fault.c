@@ -209,10 +209,12 @@ void tw_verbs_reset_check(tw_verbs_dev_t *dev)
 /* Posted work requests completed by hand after a lost CQ (tests). */
 static atomic_ulong tw_verbs_lost_ops;
 
+#if TW_TESTING
 unsigned long tw_verbs_test_lost_ops(void)
 {
     return atomic_load_explicit(&tw_verbs_lost_ops, memory_order_relaxed);
 }
+#endif
 
 /* The CQ is gone (CQ_ERR, DEVICE_FATAL): no completion comes for what is
  * in the send queues, so each posted work request completes here, as a
@@ -596,6 +598,7 @@ void tw_verbs_async_event(void *arg, const struct ibv_async_event *ev)
 
 /* ---- test hooks ------------------------------------------------------------------- */
 
+#if TW_TESTING
 tw_status_t tw_verbs_test_dev_lost(tw_tl_iface_t *iface, int kind)
 {
     tw_verbs_iface_t *vb = (tw_verbs_iface_t *)iface;
@@ -607,6 +610,7 @@ tw_status_t tw_verbs_test_dev_lost(tw_tl_iface_t *iface, int kind)
     tw_verbs_dev_lost(&vb->devs[0], kind, "test hook: the device was lost");
     return TW_OK;
 }
+#endif
 
 tw_status_t tw_verbs_force_qp_error(tw_tl_iface_t *iface, int peer)
 {

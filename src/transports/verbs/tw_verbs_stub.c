@@ -82,18 +82,24 @@ tw_status_t tw_verbs_force_qp_error(tw_tl_iface_t *iface, int peer)
     return TW_ERR_UNSUPPORTED;
 }
 
+#if TW_TESTING
 void tw_verbs_test_drop_conn(unsigned every)
 {
     (void)every;
 }
+#endif
 
+#if TW_TESTING
 tw_status_t tw_verbs_test_dev_lost(tw_tl_iface_t *iface, int kind)
 {
     (void)iface, (void)kind;
     return TW_ERR_UNSUPPORTED;
 }
+#endif
 
+#if TW_TESTING
 unsigned long tw_verbs_test_lost_ops(void)
 {
     return 0;
 }
+#endif
