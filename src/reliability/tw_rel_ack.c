@@ -1,22 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * ## Acks
- * The receiver acks with (base, bits): every fragment before base
- * arrived, and bit i says base + 1 + i did. Every frame rel sends to a
- * peer carries its current ack (piggybacked on reverse traffic); without
- * reverse traffic an ACK goes after 32 unacked fragments (half the
- * window), at once for the end of a message larger than 8 KiB (its
- * sender waits for the ack to complete a zero-copy send), or when the
- * delayed-ack timer (TW_REL_ACK_DELAY) runs out. A duplicate is acked
- * again at once (its sender lost our ack). A fragment that arrives ahead
- * of a gap is held and sent back as a NACK -- once per gap -- and a frame
- * whose checksum fails is answered with a NACK; when a gap fills and
- * another shows, that one is NACKed too. The sender resends the first
- * missing fragment at once, unless it sent it less than a round trip ago
- * (then it is late, not lost). A retransmission timeout resends only the
- * oldest unacked fragment, as TCP does: the rest are usually held behind
- * it at the receiver.
+ * Acks at the sender (tw_rel_rx.c decides when the receiver sends them,
+ * and applies the ack fields every arrival carries). An ack is (base,
+ * bits): every fragment before base arrived, and bit i says base + 1 + i
+ * did. A fragment acknowledged for the first time may give a round-trip
+ * sample (Karn: only one sent once, and stamped with a clock reading),
+ * and a message whose fragments are all acked completes; an eager one
+ * goes back to its peer's pool. A NACK names the first fragment the
+ * receiver lacks: it goes again at once, unless it went out less than a
+ * round trip ago (then it is late, not lost).
  */
 #include "reliability/tw_rel_int.h"
 

@@ -1,42 +1,19 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * The reliability layer: sequence numbers, checksums, acks and nacks,
- * retransmission, duplicate suppression, failover and fail-back between
- * transports, keepalive. On when tw_config_t.reliable / TW_RELIABLE=1;
- * when off, msg calls the transports directly and none of this runs.
+ * rel as an iface: its tunables and stats, the ops table, and the
+ * lifecycle. wrap takes every path over (tw_tl_bind: its arrivals and
+ * failures come to rel) and gives a path that delivers on the sending
+ * thread (self) no inline am ids, so its am_short never calls back into
+ * rel there: rel calls paths with a peer's lock held. A peer's
+ * incarnation comes in addr_connect, which also finds the paths that
+ * reach it (they connected first).
  *
- * ## Where it sits
- * rel is a wrapper iface (ops table "rel") over every transport iface of
- * the stack (self, shm, tcp, verbs, possibly wrapped by the lossy fault
- * injector): each is a *path*; a peer's paths are the ifaces that reach
- * it, in routing order. msg routes every peer to rel. rel takes each path
- * over (tw_tl_bind: its recv and peer_down become rel's), and gives a path
- * that delivers on the sending thread (self) no inline am ids, so its
- * am_short never calls back into rel on the sending thread (rel calls
- * paths with a peer's lock held). Its incarnation goes out in its entry
- * of the address blob; a peer's comes back in addr_connect, which also
- * finds the paths that reach that peer (they connected first).
- *
- * ## Wire format (tw_rel_proto.h, version 2)
- * A 64-byte header on four transport am ids (DATA, ACK, NACK, CTRL):
- * version, type, flags, upper am id, path, upper header length, both
- * incarnations (epochs), sequence number, ack base and a 64-bit ack
- * bitmap, fragment index and count, message length, offset, fragment
- * length, and a CRC32C over header, upper header and payload. A whole
- * message in one fragment, sent while nothing is held out of order here
- * (no ack bits), goes on a fifth id (SDATA) with a 24-byte header: what
- * that case fixes is left out and the two epochs are folded into one
- * word, so an 8-byte message fills two cache lines of a shm cell, as it
- * does without rel, not three. Every field is checked (tw_rel_parse,
- * fuzzed) before it is used.
- *
- * ## Leaving
- * tw_finalize calls tw_rel_quiesce: a BYE message (upper am id 0) goes to
- * every peer in sequence after all data, and finalize waits (bounded) for
- * every peer to ack everything. A peer whose BYE arrives has left: it is
- * reported up as a clean departure (TW_OK), never as a failure, and no
- * longer pinged.
+ * Leaving: quiesce (from tw_finalize) sends a goodbye (upper am id
+ * TW_REL_BYE_AM) to every peer in sequence after all data, then waits,
+ * up to the keepalive bound, for every peer to ack everything. A peer
+ * whose goodbye arrives has left (tw_rel_drain): it is reported up as a
+ * clean departure (TW_OK), never as a failure, and no longer pinged.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -104,7 +81,7 @@ static const tw_cfg_entry_t tw_rel_cfg_entries[] = {
     {.name = "TW_REL_PROBES",
      .type = TW_CFG_INT,
      .defval = "3",
-     .help = "reliability: answered probes in a row before a failed path is used again",
+     .help = "reliability: answered probes before a failed path is used again",
      .offset = offsetof(tw_rel_cfg_t, probes),
      .min = 1,
      .max = 1000},

@@ -1,28 +1,25 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * Internals of the reliability layer, shared by its files: tw_rel_tx.c
- * (fragments, window, frames, post), tw_rel_ack.c (acks and nacks),
- * tw_rel_rx.c (arrivals, reassembly, the deliverer), tw_rel_timer.c
- * (timerfd, timer pass, engine progress), tw_rel_path.c (path loss,
- * failover, fail-back, peer failure) and tw_rel_iface.c (settings, ops,
- * lifecycle).
+ * Internals of the reliability layer, shared by its files (README.md: the
+ * overview, and which file does what).
  *
- * ## Locking
- * Each peer has a pthread mutex. It is the one lock on the reliable
- * small-message path (taken once per send and once per arrival; with
- * reliability off the path has none): a lone in-order arrival is handed
- * up after the lock is released, and its deliverer leaves with one
- * compare-and-swap on the peer's dstate word unless another arrival
- * queued work for it meanwhile (then it takes the lock again and hands
- * that up too). Its critical sections call the
- * transport (a tcp write is a syscall), too long for a spinlock that
- * may share its CPU with the holder. A try-lock count found it
- * uncontended in the pinned benchmarks. The one syscall that path may
- * make is re-arming the timerfd when a new deadline is the earliest
- * (about once per window); a small eager send reuses a pooled message
- * and does not allocate once the pool is warm.
- *
+ * Locks. Each peer has a pthread mutex, p->lock. It guards the peer's
+ * state (each field below says what guards it), and it is the one lock
+ * on the reliable small-message path: taken once per send and once per
+ * arrival. Its critical sections call the paths (a tcp write is a
+ * syscall), too long for a spinlock that may share its CPU with the
+ * holder (docs/decisions/rel-peer-lock.md). It is never held across an
+ * upcall (the layer above's recv and peer_down) or a completion: what is
+ * found under it goes into a tw_rel_todo_t and is done after the unlock
+ * (tw_rel_finish), and the deliverer drops it around each message it
+ * hands up -- so a handler may send. A thread holds one peer's lock at a
+ * time. Under it rel calls the paths' send ops, so a path must not call
+ * rel back from inside one: a path that delivers on the sending thread
+ * (self) gets no inline am ids (tw_rel_take_path). rel->arm_lock, the
+ * timerfd's, is taken under p->lock and nothing is taken under it; the
+ * one syscall a small send may make is re-arming the timerfd when its
+ * deadline is the earliest (about once per window).
  */
 #ifndef TW_REL_INT_H
 #define TW_REL_INT_H

@@ -1,36 +1,28 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * ## On each fault
- * A lost or corrupted DATA frame is resent after a NACK (gap or
- * checksum) or the timeout. A lost ACK is made good by the next one (acks
- * are cumulative) or by the ack a resent duplicate draws; a lost NACK by
- * the next selective ack or the timeout. A duplicate is dropped and
- * acked; a reordered frame waits in its slot; a frame from another
- * incarnation is stale; a dead or dark path fails over; a silent peer
- * fails.
+ * Paths and peers failing. A path fails for a peer when its transport
+ * reports the peer down -- for good (TW_ERR_PEER_FAILED, TW_OK: that
+ * connection is gone, the path is dead for that peer) or for now
+ * (TW_ERR_TRANSPORT: a port went down; probed, may come back) -- when its
+ * transport refuses a send (dead; for now if it says TW_ERR_TRANSPORT,
+ * which it does while the path is down, possibly before its peer_down
+ * ran), or when its retries run out (probed). Unacknowledged fragments
+ * then go again, at once, on the next healthy path: sequence numbers
+ * belong to the peer, not the path, so the receiver's tracker drops
+ * whatever arrives twice.
  *
- * ## Failover and fail-back
- * A path fails for a peer when its transport reports the peer down --
- * for good (TW_ERR_PEER_FAILED, TW_OK: that connection is gone, the path
- * is dead for that peer) or for now (TW_ERR_TRANSPORT: a port went down;
- * probed, may come back) -- when its transport refuses a send (dead; for
- * now if it says TW_ERR_TRANSPORT, which it does while the path is down,
- * possibly before its peer_down ran), or when its retries run out
- * (probed). A probe is a control frame on the failed path; a transport
- * that refuses it (its path still down) just fails that probe, and the
- * next goes TW_REL_PROBE later; the peer answers on the path the probe
- * came in on. Unacknowledged fragments then go again, at
- * once, on the next healthy path: sequence numbers belong to the peer,
- * not the path, so the receiver's tracker drops whatever arrives twice.
- * When a probed path answers TW_REL_PROBES times it is healthy again and,
- * being earlier in routing order, carries the traffic from then on
- * (fail-back). With no path left, or after the keepalive bound, the peer
- * has failed: every operation to it completes with TW_ERR_PEER_FAILED,
- * what it sent and was not yet handed up is dropped, later frames from it
- * are discarded as stale, and the upper layer's peer_down (msg, then the
+ * A probe is a control frame on a failed path, every TW_REL_PROBE; a
+ * transport that refuses it (its path still down) just fails that probe.
+ * The peer answers on the path the probe came in on. After TW_REL_PROBES
+ * answers the path is healthy again and, being earlier in routing order,
+ * carries the traffic from then on (fail-back).
+ *
+ * With no path left, or after the keepalive bound, the peer has failed:
+ * every operation to it completes with TW_ERR_PEER_FAILED, what it sent
+ * and was not yet handed up is dropped, later frames from it are
+ * discarded as stale, and the upper layer's peer_down (msg, then the
  * error handler) runs once. Nothing aborts.
- *
  */
 #include "core/tw_log.h"
 #include "reliability/tw_rel_int.h"

@@ -1,28 +1,44 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * ## Receiving
- * Per peer: rcv_nxt, the next fragment in order, and slots for the 63
- * after it (held copies). A fragment before rcv_nxt is a duplicate
- * (dropped, counted, acked); one past the window cannot be legitimate
- * (dropped, counted); one from another incarnation of the peer, or for
- * another incarnation of us, is stale (dropped, counted). So the
- * duplicate tracker is bounded by the window, and it wraps with the
- * sequence numbers. In-order fragments are reassembled and complete
- * messages are handed up in order, exactly once, by one thread at a time
- * per peer (the "deliverer": others queue behind it), never with a lock
+ * Receiving. Per peer: rcv_nxt, the next fragment in order, and slots for
+ * the TW_REL_WIN - 1 after it (held copies). A fragment before rcv_nxt is
+ * a duplicate (dropped, counted, acked again at once: its sender lost our
+ * ack); one past the window cannot be legitimate (dropped, counted); one
+ * from another incarnation of the peer, or for another incarnation of us,
+ * is stale (dropped, counted). So the duplicate tracker is bounded by the
+ * window, and it wraps with the sequence numbers. Held fragments are
+ * bounded by the window, a message being reassembled by its announced
+ * length.
+ *
+ * What the receiver owes (tw_rel_ack.c has what acks do at the sender):
+ * every frame rel sends carries its current ack; without reverse traffic
+ * an ACK goes alone once TW_REL_ACK_EVERY fragments are unacked, at once
+ * for every fragment of a message larger than TW_REL_ACK_BIG, the last
+ * fragment of any message in several, and a goodbye, and otherwise when
+ * the delayed-ack timer (TW_REL_ACK_DELAY) runs out. A fragment that
+ * arrives ahead of a gap is held and the gap NACKed, once per gap (when it
+ * fills and another shows, that one is NACKed too); a frame whose checksum
+ * fails is answered with a NACK, at most once per half TW_REL_RTO.
+ *
+ * Delivery: in-order fragments are reassembled, and complete messages are
+ * handed up in order, exactly once, by one thread at a time per peer (the
+ * "deliverer": others queue their work behind it), never with a lock
  * held, so a handler may send. A lone in-order fragment is handed up
- * straight from the transport's buffer, without a copy.
+ * straight from the transport's buffer, without a copy. A waiting worker
+ * (tw_rel_poll) hands up only what cannot run user code; an engine takes
+ * the rest.
  */
 #include <string.h>
 
 #include "core/tw_log.h"
 #include "reliability/tw_rel_int.h"
 
-#define TW_REL_ACK_EVERY 48u
-#define TW_REL_ACK_BIG   8192u /* acked at once: their sender waits (zero-copy) */
+#define TW_REL_ACK_EVERY 48u   /* fragments unacked before an ACK goes alone (3/4 window) */
+#define TW_REL_ACK_BIG   8192u /* larger: every fragment acked at once (its sender waits) */
 
-/* Log the first few of a kind of trouble and then every 1000th. */
+/* Whether to log a peer's bad frame: the first 16 of rel's life, then
+ * every 1000th (one count for every kind). */
 static bool tw_rel_should_log(tw_rel_t *rel)
 {
     uint64_t n = atomic_fetch_add_explicit(&rel->logged, 1, memory_order_relaxed);
@@ -75,7 +91,8 @@ static void tw_rel_ack_note(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_
 {
     /* A large message's sender waits for this ack to complete its send
      * (zero-copy): do not keep it waiting. Small ones wait for reverse
-     * traffic, the 32nd fragment, or the delayed-ack timer. */
+     * traffic, the TW_REL_ACK_EVERY-th fragment unacked, or the
+     * delayed-ack timer. */
     bool urgent = h->msg_len > TW_REL_ACK_BIG || (h->nfrags > 1 && h->frag == h->nfrags - 1) ||
                   h->am_id == TW_REL_BYE_AM;
 
@@ -447,9 +464,9 @@ void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
         tw_stats_inc(rel->stats, TW_REL_STAT_STALE);
         return;
     }
-    /* A clock reading (17 ns here) only when this frame needs one
-     * (tw_rel_now): a round-trip sample, a timer restart, a resend
-     * decision, a control frame. */
+    /* A clock reading only when this frame needs one (tw_rel_now): a
+     * round-trip sample, a timer restart, a resend decision, a control
+     * frame. */
     tw_rel_now_t t = {.ns = p->clock_ns, .read = false};
     if (h.type != TW_REL_T_DATA && h.type != TW_REL_T_ACK) {
         (void)tw_rel_now(rel, p, &t);

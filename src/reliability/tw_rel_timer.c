@@ -1,42 +1,36 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * ## Timers (one timerfd, rel's progress function on engine 0)
+ * Timers: one timerfd, and rel's progress function on engine 0.
  * - retransmission: one timer per peer, on its oldest unacked fragment;
- *   srtt + 4 rttvar (Jacobson; Karn: no samples from resent fragments),
- *   at least TW_REL_RTO, doubled per retry up to TW_REL_RTO_MAX,
- *   restarted by an ack that acknowledges something new;
- * - path failure: a fragment unacked after 6 tries on a path, when no
- *   ack has acknowledged anything new for TW_REL_PATH_TIMEOUT, fails that
- *   path for that peer (a lossy path still makes progress; a dead one
- *   does not);
+ *   srtt + 4 rttvar (tw_rel_rto), at least TW_REL_RTO, doubled per retry
+ *   up to TW_REL_RTO_MAX, restarted by an ack that acknowledges something
+ *   new;
+ * - path failure: a fragment unacked after TW_REL_MIN_TRIES tries on a
+ *   path, when no ack has acknowledged anything new for
+ *   TW_REL_PATH_TIMEOUT, fails that path for that peer (a lossy path
+ *   still makes progress; a dead one does not);
  * - delayed ack: TW_REL_ACK_DELAY;
  * - keepalive: a peer silent for TW_REL_KEEPALIVE is pinged (it answers
  *   PONG from its engine); silent for TW_REL_KEEPALIVE * TW_REL_MISSES,
  *   with TW_REL_MISSES - 1 pings unanswered, it has failed, whatever its
  *   transports say (a stopped process's kernel still acks TCP);
- * - probes: a failed path is probed every TW_REL_PROBE; after
- *   TW_REL_PROBES answers in a row it carries traffic again.
- * Clock readings (17 ns each here) are made where a time must be exact:
- * a round-trip sample, a timer restart, a resend decision, a control
- * frame, a timer pass. Elsewhere the peer's latest reading stands in
- * (tw_rel_now_t), and every use of it errs on the safe side: an ack
- * deadline comes early, a data arrival's last_rx_ns is early (so the
- * keepalive also waits for misses - 1 unanswered pings before it fails a
- * peer). A send into an empty window starts the retransmission timer:
- * with an engine thread it reads the clock; in manual progress it takes
- * the peer's latest reading as an early stamp (usually the arrival the
- * send answers), and the pass that finds such a fragment due times it
- * from then on instead of resending it -- its first timeout lies between
- * TW_REL_RTO and twice that; every 16th such send reads the clock for a
- * round-trip sample.
+ * - probes of failed paths, every TW_REL_PROBE (tw_rel_path.c).
+ *
+ * The clock is read only where a time must be exact: a round-trip
+ * sample, a timer restart, a resend decision, a control frame, a timer
+ * pass (docs/decisions/rel-clock-readings.md). Elsewhere the peer's
+ * latest reading stands in (tw_rel_now_t, tw_rel_stamp_t), and every use
+ * of it errs on the safe side: an ack deadline comes early, and a data
+ * arrival's last_rx_ns may be early -- so the keepalive also waits for
+ * misses - 1 unanswered pings before it fails a peer.
+ *
  * Each peer's earliest deadline lowers rel's next_due; a pass over the
  * peers runs when it is reached -- by a waiting worker in tw_rel_poll,
- * or by the engine, which a one-shot timerfd armed for next_due + 250 us
- * wakes only when nobody else got there first (the engine may share a
- * core with the worker it would steal from). In manual mode the callers
- * of tw_progress run the passes and no timer is armed.
- *
+ * or by the engine, which the one-shot timerfd, armed TW_REL_TIMER_SLACK
+ * after next_due, wakes only when nobody else got there first (the engine
+ * may share a core with the worker it would steal from). In manual mode
+ * the callers of tw_progress run the passes and no timer is armed.
  */
 #define _GNU_SOURCE
 #include <errno.h>

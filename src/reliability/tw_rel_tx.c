@@ -1,22 +1,25 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * ## Messages and fragments
- * An upper message (header + payload up to 1 GiB) is cut into fragments
- * that fit every path (the smallest max_short, minus the header): the
- * first carries the upper header. Each fragment takes the peer's next
- * 32-bit sequence number (serial arithmetic: wraparound is ordinary). At
- * most TW_REL_WIN (64) fragments per peer are unacknowledged -- Open MPI
- * DR's "virtual fragment of up to 64 fragments acked by one bitmask" is
- * the window here -- and a message larger than the window flows through
- * it. Eager messages (am_short) are copied once, into the message; large
- * ones (am_zcopy) are read from the caller's buffer until every fragment
- * is acked, then their completion runs.
+ * Sending. An upper message (header + payload, up to TW_REL_MAX_MSG) is
+ * cut into fragments that fit every path (the smallest max_short, minus
+ * the rel header); the first carries the upper header. Each fragment
+ * takes the peer's next 32-bit sequence number (serial arithmetic:
+ * wraparound is ordinary). At most TW_REL_WIN fragments per peer are
+ * unacknowledged -- Open MPI DR's "virtual fragment of up to 64 fragments
+ * acked by one bitmask" is the window here -- and a message larger than
+ * the window flows through it. Eager messages (am_short) are copied once,
+ * into the message (up to TW_REL_SMALL bytes one from the peer's pool, so
+ * a small send does not allocate once the pool is warm); large ones
+ * (am_zcopy) are read from the caller's buffer until every fragment is
+ * acked, then their completion runs.
  *
- * ## Back-pressure and memory
- * At most TW_REL_QUEUE messages per peer are unacknowledged; beyond that a
- * send is TW_ERR_AGAIN. Held fragments are bounded by the window, a
- * message being reassembled by its announced length (<= 1 GiB).
+ * Every frame carries the sender's current ack (tw_rel_fill_ack). A whole
+ * message in one fragment, sent while nothing is held out of order here
+ * (no ack bits to carry), goes in the short form (tw_rel_proto.h).
+ *
+ * Back-pressure: at most TW_REL_QUEUE messages per peer are
+ * unacknowledged; beyond that a send is TW_ERR_AGAIN.
  */
 #include <string.h>
 
