@@ -29,14 +29,14 @@ static void tw_rel_rtt_sample(tw_rel_peer_t *p, uint64_t rtt)
 
 /* Returns whether @p s was not acknowledged before. */
 bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, tw_rel_now_t *t,
-                       tw_rel_todo_t *todo)
+                       tw_rel_deferred_t *todo)
 {
     tw_rel_smsg_t *m = s->msg;
 
     if (m == NULL || s->acked) {
         return false;
     }
-    if (s->timed && s->tries == 0 && s->sent_ns != 0) {
+    if (s->stamp_read && s->tries == 0 && s->sent_ns != 0) {
         uint64_t now = tw_rel_now(rel, p, t);
         if (now > s->sent_ns) {
             tw_rel_rtt_sample(p, now - s->sent_ns);
@@ -65,7 +65,7 @@ bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, tw_rel
  * out less than a round trip ago (then it is late, not lost). The next
  * gap gets its own NACK once this one is filled. Lock held. */
 void tw_rel_nack_apply(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
-                       uint64_t now, tw_rel_todo_t *todo)
+                       uint64_t now, tw_rel_deferred_t *todo)
 {
     uint32_t seq = h->ack_base;
     tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];

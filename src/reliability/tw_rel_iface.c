@@ -152,7 +152,7 @@ static tw_status_t tw_rel_query(char *why, size_t why_len)
 static bool tw_rel_reachable(tw_tl_iface_t *iface, int peer)
 {
     tw_rel_t *rel = (tw_rel_t *)iface;
-    return peer >= 0 && peer < rel->size && rel->peers[peer].reach != 0;
+    return peer >= 0 && peer < rel->size && rel->peers[peer].paths_reach != 0;
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */
@@ -167,10 +167,10 @@ static void tw_rel_find_paths(tw_rel_t *rel, int peer)
 {
     tw_rel_peer_t *p = &rel->peers[peer];
 
-    p->reach = 0;
+    p->paths_reach = 0;
     for (unsigned g = 0; g < rel->npaths; g++) {
         if (tw_tl_reachable(rel->paths[g].iface, peer)) {
-            p->reach |= (uint8_t)(1u << g);
+            p->paths_reach |= (uint8_t)(1u << g);
         }
     }
 }
@@ -213,8 +213,8 @@ static void tw_rel_ready(tw_tl_iface_t *iface)
 
     for (int peer = 0; peer < rel->size; peer++) {
         tw_rel_peer_t *p = &rel->peers[peer];
-        p->up = p->reach;
-        p->rx_path = (uint8_t)__builtin_ctz(p->reach | 0x80u);
+        p->paths_up = p->paths_reach;
+        p->rx_path = (uint8_t)__builtin_ctz(p->paths_reach | 0x80u);
         p->last_rx_ns = now;
         p->clock_ns = now;
         p->ping_due = now + rel->cfg.keepalive_ns;
@@ -237,7 +237,7 @@ static void tw_rel_quiesce(tw_tl_iface_t *iface)
 
     for (int peer = 0; peer < rel->size; peer++) {
         tw_rel_peer_t *p = &rel->peers[peer];
-        if (peer == rel->rank || p->reach == 0) {
+        if (peer == rel->rank || p->paths_reach == 0) {
             continue;
         }
         (void)tw_rel_post(rel, peer, TW_REL_BYE_AM, NULL, 0, NULL, 0, true, NULL, true);
@@ -269,7 +269,7 @@ static void tw_rel_quiesce(tw_tl_iface_t *iface)
     for (int peer = 0; peer < rel->size; peer++) {
         tw_rel_peer_t *p = &rel->peers[peer];
         pthread_mutex_lock(&p->lock);
-        if (!p->down && p->reach != 0 && (p->ack_owed > 0 || p->ack_due != 0)) {
+        if (!p->down && p->paths_reach != 0 && (p->ack_owed > 0 || p->ack_due != 0)) {
             (void)tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_ACK, -1, 0);
         }
         pthread_mutex_unlock(&p->lock);
@@ -493,7 +493,7 @@ static void tw_rel_destroy(tw_rel_t *rel)
     if (rel->peers != NULL) {
         for (int peer = 0; peer < rel->size; peer++) {
             tw_rel_peer_t *p = &rel->peers[peer];
-            tw_rel_todo_t todo = {0};
+            tw_rel_deferred_t todo = {0};
             pthread_mutex_lock(&p->lock);
             p->left = true; /* no report: we are the ones leaving */
             tw_rel_peer_fail(rel, p, peer, "finalized", &todo);

@@ -11,7 +11,7 @@
  * syscall), too long for a spinlock that may share its CPU with the
  * holder (docs/decisions/rel-peer-lock.md). It is never held across an
  * upcall (the layer above's recv and peer_down) or a completion: what is
- * found under it goes into a tw_rel_todo_t and is done after the unlock
+ * found under it goes into a tw_rel_deferred_t and is done after the unlock
  * (tw_rel_finish), and the deliverer drops it around each message it
  * hands up -- so a handler may send. A thread holds one peer's lock at a
  * time. Under it rel calls the paths' send ops, so a path must not call
@@ -72,8 +72,8 @@ typedef struct tw_rel_slot {
     uint16_t tries;
     uint8_t path;
     bool acked;
-    bool timed; /* sent_ns is a clock reading of its first send (RTT sample) */
-    bool est;   /* sent_ns is an earlier reading (TW_REL_STAMP_EARLY): not yet timed */
+    bool stamp_read;  /* sent_ns is a clock reading of its first send (RTT sample) */
+    bool stamp_early; /* sent_ns is an earlier reading (TW_REL_STAMP_EARLY): not yet timed */
 } tw_rel_slot_t;
 
 /* A fragment held for its turn, or a whole message waiting for the
@@ -116,8 +116,9 @@ typedef struct tw_rel_peer {
     uint32_t nacked;  /* the gap (rcv_nxt) last nacked */
     bool nack_valid;
     uint64_t crc_nack_ns;
-    /* paths: bit g = rel->paths[g] */
-    uint8_t reach, up, dead;
+    /* Sets of paths, bit g = rel->paths[g]: those that reach the peer,
+     * those healthy for it (probed back when not), those dead for it. */
+    uint8_t paths_reach, paths_up, paths_dead;
     uint8_t rx_path; /* where its last frame came in: answers go back there */
     uint8_t probe_ok[TW_REL_MAX_PATHS];
     uint64_t probe_due;
@@ -164,12 +165,12 @@ struct tw_rel {
     tw_stats_t *stats;
 };
 
-/* Work found under a peer's lock, done after it is released. */
-typedef struct tw_rel_todo {
+/* Work found under a peer's lock, deferred until it is released. */
+typedef struct tw_rel_deferred {
     tw_rel_smsg_t *done; /* completions to run, then free */
     bool report;
     tw_status_t why;
-} tw_rel_todo_t;
+} tw_rel_deferred_t;
 
 /* What the time a fragment is pushed with (tw_rel_push's @p now) is. */
 typedef enum {
@@ -211,7 +212,7 @@ static inline void tw_rel_count(_Atomic uint64_t *c)
 
 static inline int tw_rel_cur_path(const tw_rel_peer_t *p)
 {
-    uint8_t ok = p->up & p->reach;
+    uint8_t ok = p->paths_up & p->paths_reach;
     return ok == 0 ? -1 : __builtin_ctz(ok);
 }
 
@@ -227,9 +228,9 @@ static inline uint64_t tw_rel_rto(const tw_rel_t *rel, const tw_rel_peer_t *p)
 tw_status_t tw_rel_tx_ctrl(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint8_t type, int g,
                            uint32_t cookie);
 tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_slot_t *s,
-                           uint32_t seq, uint64_t now, tw_rel_todo_t *todo);
+                           uint32_t seq, uint64_t now, tw_rel_deferred_t *todo);
 void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now, tw_rel_stamp_t stamp,
-                 tw_rel_todo_t *todo);
+                 tw_rel_deferred_t *todo);
 tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr, size_t hdr_len,
                         const void *data, size_t len, bool copy, tw_tl_comp_t *comp, bool bye);
 tw_status_t tw_rel_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
@@ -239,9 +240,9 @@ tw_status_t tw_rel_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const
 
 /* tw_rel_ack.c */
 bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, tw_rel_now_t *t,
-                       tw_rel_todo_t *todo);
+                       tw_rel_deferred_t *todo);
 void tw_rel_nack_apply(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
-                       uint64_t now, tw_rel_todo_t *todo);
+                       uint64_t now, tw_rel_deferred_t *todo);
 
 /* tw_rel_rx.c */
 void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
@@ -257,9 +258,9 @@ int tw_rel_progress_op(tw_tl_iface_t *iface);
 
 /* tw_rel_path.c */
 void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dead, const char *what,
-                      uint64_t now, tw_rel_todo_t *todo);
+                      uint64_t now, tw_rel_deferred_t *todo);
 void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *what,
-                      tw_rel_todo_t *todo);
+                      tw_rel_deferred_t *todo);
 void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why);
 
 /* Something is outstanding at @p due: make sure a pass looks then. */
@@ -297,7 +298,7 @@ static inline void tw_rel_held_free(tw_rel_held_t *h)
 }
 
 /* After the lock: completions, then the report upward. */
-static inline void tw_rel_finish(tw_rel_t *rel, int peer, tw_rel_todo_t *todo)
+static inline void tw_rel_finish(tw_rel_t *rel, int peer, tw_rel_deferred_t *todo)
 {
     while (todo->done != NULL) {
         tw_rel_smsg_t *m = todo->done;

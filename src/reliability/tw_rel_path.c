@@ -30,18 +30,18 @@
 /* Path @p g no longer reaches @p peer: for good (@p dead: its transport
  * said so) or until probes say otherwise. Lock held. */
 void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dead, const char *what,
-                      uint64_t now, tw_rel_todo_t *todo)
+                      uint64_t now, tw_rel_deferred_t *todo)
 {
     uint8_t bit = (uint8_t)(1u << g);
     int was = tw_rel_cur_path(p);
 
     if (dead) {
-        p->dead |= bit;
+        p->paths_dead |= bit;
     }
-    if ((p->up & bit) == 0) {
+    if ((p->paths_up & bit) == 0) {
         return;
     }
-    p->up &= (uint8_t)~bit;
+    p->paths_up &= (uint8_t)~bit;
     p->probe_ok[g] = 0;
     if (tw_rel_cur_path(p) < 0) {
         tw_rel_peer_fail(rel, p, peer, what, todo);
@@ -70,7 +70,7 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
 
 /* The peer is gone: fail what we owe it, drop what it sent. Lock held. */
 void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *what,
-                      tw_rel_todo_t *todo)
+                      tw_rel_deferred_t *todo)
 {
     if (p->down) {
         return;
@@ -133,7 +133,7 @@ void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why)
 {
     tw_rel_path_t *path = arg;
     tw_rel_t *rel = path->rel;
-    tw_rel_todo_t todo = {0};
+    tw_rel_deferred_t todo = {0};
     tw_rel_peer_t *p;
 
     if (peer < 0 || peer >= rel->size) {
@@ -142,7 +142,7 @@ void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why)
     p = &rel->peers[peer];
     pthread_mutex_lock(&p->lock);
     if (!p->down) {
-        uint8_t others = p->up & p->reach & (uint8_t) ~(1u << path->index);
+        uint8_t others = p->paths_up & p->paths_reach & (uint8_t) ~(1u << path->index);
         if (why == TW_OK && others == 0 && !p->left) {
             /* Its last path closed cleanly: it left (without a goodbye,
              * or the goodbye is still on its way on another path). */

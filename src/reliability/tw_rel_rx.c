@@ -47,7 +47,7 @@ static bool tw_rel_should_log(tw_rel_t *rel)
 
 /* Apply the ack fields of an arrival. Lock held. */
 static void tw_rel_ack_apply(tw_rel_t *rel, tw_rel_peer_t *p, const tw_rel_hdr_t *h,
-                             tw_rel_now_t *t, tw_rel_todo_t *todo)
+                             tw_rel_now_t *t, tw_rel_deferred_t *todo)
 {
     uint32_t base = h->ack_base;
     bool news = false;
@@ -414,7 +414,7 @@ void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
 {
     tw_rel_path_t *path = arg;
     tw_rel_t *rel = path->rel;
-    tw_rel_todo_t todo = {0};
+    tw_rel_deferred_t todo = {0};
     const char *why = "?";
     const unsigned char *uhdr;
     bool up = false;
@@ -505,10 +505,10 @@ void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     case TW_REL_T_PROBE_ACK: {
         unsigned g = path->index;
         uint8_t bit = (uint8_t)(1u << g);
-        if ((p->reach & bit) && !(p->up & bit) && !(p->dead & bit) &&
+        if ((p->paths_reach & bit) && !(p->paths_up & bit) && !(p->paths_dead & bit) &&
             ++p->probe_ok[g] >= (unsigned)rel->cfg.probes) {
             int was = tw_rel_cur_path(p);
-            p->up |= bit;
+            p->paths_up |= bit;
             p->probe_ok[g] = 0;
             if (tw_rel_cur_path(p) != was) {
                 tw_stats_inc(rel->stats, TW_REL_STAT_FAILBACKS);

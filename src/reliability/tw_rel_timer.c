@@ -76,7 +76,7 @@ void tw_rel_timer_at(tw_rel_t *rel, uint64_t due)
 
 /* Timers of one peer; returns its next deadline. Lock held. */
 static uint64_t tw_rel_peer_tick(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
-                                 int *events, tw_rel_todo_t *todo)
+                                 int *events, tw_rel_deferred_t *todo)
 {
     uint64_t next = UINT64_MAX;
 
@@ -100,10 +100,10 @@ restart:;
             continue; /* waits for the oldest */
         }
         oldest = false;
-        if (s->due_ns <= now && s->est && !fresh) {
+        if (s->due_ns <= now && s->stamp_early && !fresh) {
             /* Sent at some time since sent_ns (TW_REL_STAMP_EARLY):
              * its timeout runs from now. */
-            s->est = false;
+            s->stamp_early = false;
             s->due_ns = now + s->rto_ns;
         } else if (s->due_ns <= now) {
             if (s->sent_ns != 0 && s->tries >= TW_REL_MIN_TRIES &&
@@ -156,7 +156,7 @@ restart:;
             p->ping_due = now + rel->cfg.keepalive_ns;
             p->pings++;
             for (unsigned g = 0; g < rel->npaths; g++) {
-                if ((p->reach & (uint8_t)~p->dead) >> g & 1 &&
+                if ((p->paths_reach & (uint8_t)~p->paths_dead) >> g & 1 &&
                     tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_PING, (int)g, (uint32_t)(now >> 20)) ==
                         TW_OK) {
                     tw_stats_inc(rel->stats, TW_REL_STAT_PINGS);
@@ -165,7 +165,7 @@ restart:;
         }
         next = TW_MIN(next, TW_MAX(p->last_rx_ns + rel->cfg.keepalive_ns, p->ping_due));
     }
-    uint8_t probing = p->reach & (uint8_t)~p->up & (uint8_t)~p->dead;
+    uint8_t probing = p->paths_reach & (uint8_t)~p->paths_up & (uint8_t)~p->paths_dead;
     if (probing != 0) {
         if (now >= p->probe_due) {
             p->probe_due = now + rel->cfg.probe_ns;
@@ -213,10 +213,10 @@ int tw_rel_timers(tw_rel_t *rel, bool check)
     atomic_store_explicit(&rel->next_due, next, memory_order_relaxed);
     for (int peer = 0; peer < rel->size; peer++) {
         tw_rel_peer_t *p = &rel->peers[peer];
-        tw_rel_todo_t todo = {0};
+        tw_rel_deferred_t todo = {0};
         uint64_t due;
 
-        if (p->reach == 0) {
+        if (p->paths_reach == 0) {
             continue;
         }
         pthread_mutex_lock(&p->lock);

@@ -66,7 +66,7 @@ tw_status_t tw_rel_tx_ctrl(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint8_t ty
     tw_status_t st;
 
     if (g < 0) {
-        g = (p->up >> p->rx_path & 1) ? p->rx_path : tw_rel_cur_path(p);
+        g = (p->paths_up >> p->rx_path & 1) ? p->rx_path : tw_rel_cur_path(p);
     }
     if (g < 0) {
         return TW_ERR_PEER_FAILED;
@@ -141,7 +141,7 @@ static inline void tw_rel_slot_sent(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot
         s->first_ns = now;
     }
     if (s->sent_ns != 0) { /* a retransmission (on this path or another) */
-        s->est = false;
+        s->stamp_early = false;
         s->tries++;
         s->rto_ns = TW_MIN(s->rto_ns * 2, rel->cfg.rto_max_ns);
         tw_stats_inc(rel->stats, TW_REL_STAT_RETRANSMITS);
@@ -159,7 +159,7 @@ static inline void tw_rel_slot_sent(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot
  * path, falling over to the next when a transport refuses for good.
  * Lock held. */
 tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_slot_t *s,
-                           uint32_t seq, uint64_t now, tw_rel_todo_t *todo)
+                           uint32_t seq, uint64_t now, tw_rel_deferred_t *todo)
 {
     tw_status_t st;
     int g;
@@ -196,8 +196,8 @@ static tw_rel_slot_t *tw_rel_slot_take(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_s
     *s = (tw_rel_slot_t){.msg = m,
                          .frag = m->issued++,
                          .rto_ns = tw_rel_rto(rel, p),
-                         .timed = stamp == TW_REL_STAMP_READ,
-                         .est = stamp == TW_REL_STAMP_EARLY};
+                         .stamp_read = stamp == TW_REL_STAMP_READ,
+                         .stamp_early = stamp == TW_REL_STAMP_EARLY};
     if (m->issued == m->nfrags) {
         p->q_head = m->next;
         if (p->q_head == NULL) {
@@ -211,7 +211,7 @@ static tw_rel_slot_t *tw_rel_slot_take(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_s
 /* Move queued messages' fragments into the window while it has room.
  * Lock held. */
 void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now, tw_rel_stamp_t stamp,
-                 tw_rel_todo_t *todo)
+                 tw_rel_deferred_t *todo)
 {
     while (p->q_head != NULL && !p->down && p->snd_nxt - p->snd_una < TW_REL_WIN) {
         uint32_t seq = p->snd_nxt;
@@ -256,12 +256,12 @@ tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr,
                         const void *data, size_t len, bool copy, tw_tl_comp_t *comp, bool bye)
 {
     size_t alloc_len = sizeof(tw_rel_smsg_t) + TW_REL_ROOM + hdr_len + (copy ? len : 0);
-    tw_rel_todo_t todo = {0};
+    tw_rel_deferred_t todo = {0};
     tw_rel_peer_t *p;
     tw_rel_smsg_t *m;
     tw_status_t st = TW_OK;
 
-    if (peer < 0 || peer >= rel->size || rel->peers[peer].reach == 0) {
+    if (peer < 0 || peer >= rel->size || rel->peers[peer].paths_reach == 0) {
         return TW_ERR_UNREACHABLE;
     }
     if (hdr_len > TW_REL_MAX_UHDR || len > TW_REL_MAX_MSG || (len > 0 && data == NULL)) {
