@@ -14,7 +14,7 @@
 #include "reliability/tw_rel_int.h"
 
 /* A round trip measured on a fragment sent once (Karn: never on a
- * retransmitted one, whose ack may answer either copy). */
+ * retransmitted one, whose ack may answer either copy). Lock held. */
 static void tw_rel_rtt_sample(tw_rel_peer_t *p, uint64_t rtt)
 {
     if (p->srtt_ns == 0) {
@@ -27,7 +27,8 @@ static void tw_rel_rtt_sample(tw_rel_peer_t *p, uint64_t rtt)
     p->srtt_ns = (7 * p->srtt_ns + rtt) / 8;
 }
 
-/* Returns whether @p s was not acknowledged before. */
+/* An ack covers slot @p s. Returns whether @p s was not acknowledged
+ * before. Lock held. */
 bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, tw_rel_now_t *t,
                        tw_rel_deferred_t *todo)
 {

@@ -20,6 +20,9 @@
  * timerfd's, is taken under p->lock and nothing is taken under it; the
  * one syscall a small send may make is re-arming the timerfd when its
  * deadline is the earliest (about once per window).
+ *
+ * "Lock held" in a function's comment: its caller holds p->lock of the
+ * peer it is given.
  */
 #ifndef TW_REL_INT_H
 #define TW_REL_INT_H
@@ -45,23 +48,27 @@ extern TW_TLS bool tw_rel_in_worker;
 
 /* An upper message being sent: room for a rel header (TW_REL_ROOM), the
  * upper header, then (eager) the payload -- so a first fragment's frame
- * header is built in place, in front of the upper header, not copied. */
+ * header is built in place, in front of the upper header, not copied.
+ * Fields without a note: set at post, read-only once it is queued. Once
+ * on a tw_rel_deferred_t, all of it is that list owner's. */
 #define TW_REL_ROOM sizeof(tw_rel_hdr_t)
 typedef struct tw_rel_smsg {
-    struct tw_rel_smsg *next; /* send queue, then the completion list */
+    struct tw_rel_smsg *next; /* send queue or pool (p->lock), then the completion list */
     tw_tl_comp_t *comp;       /* zcopy: runs once every fragment is acked */
     const unsigned char *data;
     size_t len;
     size_t alloc_len;
-    uint32_t nfrags, issued, acked;
-    tw_status_t status; /* for the completion list */
-    bool failing;       /* already on a failure list */
+    uint32_t nfrags;
+    uint32_t issued, acked; /* fragments taken into the window, acked; p->lock */
+    tw_status_t status;     /* for the completion list; p->lock */
+    bool failing;           /* already on a failure list; p->lock */
     uint16_t hdr_len;
     uint8_t am_id;
     _Alignas(8) unsigned char bytes[]; /* TW_REL_ROOM, upper header, payload */
 } tw_rel_smsg_t;
 
-/* A fragment in the send window (in use while its seq is in [una, nxt)). */
+/* A fragment in the send window (in use while its seq is in [una, nxt)).
+ * Every field: p->lock. */
 typedef struct tw_rel_slot {
     tw_rel_smsg_t *msg; /* NULL once acked */
     uint64_t first_ns;  /* first transmission on its current path */
@@ -77,7 +84,9 @@ typedef struct tw_rel_slot {
 } tw_rel_slot_t;
 
 /* A fragment held for its turn, or a whole message waiting for the
- * deliverer: upper header, then payload. */
+ * deliverer: upper header, then payload. Guarded by p->lock while it is
+ * in ooo[], reasm or the delivery queue; the deliverer's once it took it
+ * off the queue. */
 typedef struct tw_rel_held {
     struct tw_rel_held *next;
     tw_rel_hdr_t h;
@@ -85,9 +94,10 @@ typedef struct tw_rel_held {
     unsigned char bytes[];
 } tw_rel_held_t;
 
+/* One per rank, this one included. */
 typedef struct tw_rel_peer {
     pthread_mutex_t lock;
-    /* sending */
+    /* Sending: p->lock. */
     uint32_t snd_una, snd_nxt;
     uint64_t srtt_ns, rttvar_ns; /* round-trip estimate (0: no sample yet) */
     uint64_t progress_ns;        /* an ack last acknowledged something new */
@@ -98,7 +108,7 @@ typedef struct tw_rel_peer {
     tw_rel_smsg_t *pool;            /* free small eager messages */
     unsigned npool;
     unsigned nmsgs; /* messages not completely acked */
-    /* receiving */
+    /* Receiving: p->lock, but dstate. */
     uint32_t rcv_nxt;
     tw_rel_held_t *ooo[TW_REL_WIN];
     unsigned nooo;        /* how many of ooo[] are held */
@@ -106,41 +116,48 @@ typedef struct tw_rel_peer {
     uint32_t reasm_next;
     tw_rel_held_t *dq_head, *dq_tail; /* complete, in order, for the deliverer */
     /* Who hands messages up (TW_REL_DELIVERING): one thread at a time.
-     * Changed under the lock, except that the deliverer of a lone
+     * Atomic: changed under p->lock, except that the deliverer of a lone
      * arrival leaves without it (tw_rel_deliverer_exit); TW_REL_PENDING:
      * work was queued for it meanwhile, so it must look again. */
     _Atomic unsigned dstate;
     bool engine_drain; /* dq's head runs user code: an engine hands it up */
+    /* Acks owed: p->lock. */
     unsigned ack_owed;
     uint64_t ack_due; /* 0: no ack scheduled */
     uint32_t nacked;  /* the gap (rcv_nxt) last nacked */
     bool nack_valid;
     uint64_t crc_nack_ns;
-    /* Sets of paths, bit g = rel->paths[g]: those that reach the peer,
-     * those healthy for it (probed back when not), those dead for it. */
+    /* Paths: p->lock, but paths_reach. Sets of paths, bit g =
+     * rel->paths[g]: those that reach the peer (set at wrap for this
+     * rank, at addr_connect for the others, before ready; read-only
+     * after, and read without the lock), those healthy for it (probed
+     * back when not) and those dead for it. */
     uint8_t paths_reach, paths_up, paths_dead;
     uint8_t rx_path; /* where its last frame came in: answers go back there */
     uint8_t probe_ok[TW_REL_MAX_PATHS];
     uint64_t probe_due;
-    /* liveness */
-    uint32_t epoch;
+    /* Liveness: p->lock, but epoch. */
+    uint32_t epoch; /* its incarnation: set before ready, read-only after (read unlocked) */
     uint64_t last_rx_ns, ping_due;
     unsigned pings; /* ping rounds since its last frame */
     bool down, left, reported;
-    /* The two per-message counters, bumped under the lock (a plain load
-     * and store, no atomic add) and summed into rel's stats on read. */
+    /* The two per-message counters, bumped under p->lock (a plain load
+     * and store, no atomic add) and summed into rel's stats on read, by
+     * any thread (atomic relaxed). */
     _Atomic uint64_t n_frags_sent, n_delivered;
 } tw_rel_peer_t;
 
+/* Set at wrap, read-only after. */
 typedef struct tw_rel_path {
     struct tw_rel *rel;
     tw_tl_iface_t *iface;
     unsigned index;
 } tw_rel_path_t;
 
+/* Fields without a note: set at wrap, read-only after. */
 typedef struct tw_rel tw_rel_t;
 struct tw_rel {
-    tw_tl_iface_t super; /* what msg routes to */
+    tw_tl_iface_t super; /* what msg routes to (its callbacks set by bind, before traffic) */
     tw_rel_cfg_t cfg;
     uint64_t (*clock)(void);
     int rank;
@@ -153,19 +170,27 @@ struct tw_rel {
     size_t frag_cap; /* upper header + payload bytes per fragment */
     tw_rel_peer_t *peers;
     int timer_fd;
-    uint64_t wakeups;
-    unsigned passes;           /* the engine's passes (its lock holder's) */
-    _Atomic uint64_t next_due; /* the earliest deadline any peer has */
-    _Atomic uint64_t armed_at; /* what the timerfd is armed for (UINT64_MAX: nothing) */
-    pthread_mutex_t arm_lock;
-    bool timer_used;          /* an engine thread sleeps on the timerfd */
-    atomic_flag in_pass;      /* a timer pass runs */
-    atomic_bool drain_wanted; /* some peer's engine_drain is set */
-    atomic_uint_fast64_t logged;
+    uint64_t wakeups; /* engine 0's progress function only */
+    unsigned passes;  /* the same: its passes */
+    /* The earliest deadline any peer has. Any thread, atomic relaxed:
+     * lowered by a CAS (tw_rel_arm), reset by the timer pass. */
+    _Atomic uint64_t next_due;
+    /* What the timerfd is armed for (UINT64_MAX: nothing). Written under
+     * arm_lock, or reset by the timer pass's CAS; any thread reads it
+     * relaxed, to skip the lock. */
+    _Atomic uint64_t armed_at;
+    pthread_mutex_t arm_lock; /* the timerfd's setting; nothing is taken under it */
+    bool timer_used;     /* an engine thread sleeps on the timerfd; set at ready, then read-only */
+    atomic_flag in_pass; /* held by the thread that runs the timer pass */
+    /* Some peer's engine_drain is set: set (release) under that peer's
+     * lock, taken (acq_rel exchange) by the engine. */
+    atomic_bool drain_wanted;
+    atomic_uint_fast64_t logged; /* tw_rel_should_log's count; any thread, relaxed */
     tw_stats_t *stats;
 };
 
-/* Work found under a peer's lock, deferred until it is released. */
+/* Work found under a peer's lock, deferred until it is released: a
+ * local of the thread that holds the lock. */
 typedef struct tw_rel_deferred {
     tw_rel_smsg_t *done; /* completions to run, then free */
     bool report;
@@ -210,6 +235,8 @@ static inline void tw_rel_count(_Atomic uint64_t *c)
                           memory_order_relaxed);
 }
 
+/* The path a peer's traffic goes on: the first healthy one; -1: none.
+ * Lock held. */
 static inline int tw_rel_cur_path(const tw_rel_peer_t *p)
 {
     uint8_t ok = p->paths_up & p->paths_reach;
@@ -217,7 +244,7 @@ static inline int tw_rel_cur_path(const tw_rel_peer_t *p)
 }
 
 /* The retransmission timeout of a fresh fragment: srtt + 4 rttvar
- * (Jacobson), within [TW_REL_RTO, TW_REL_RTO_MAX]. */
+ * (Jacobson), within [TW_REL_RTO, TW_REL_RTO_MAX]. Lock held. */
 static inline uint64_t tw_rel_rto(const tw_rel_t *rel, const tw_rel_peer_t *p)
 {
     uint64_t rto = p->srtt_ns + 4 * p->rttvar_ns;
@@ -263,7 +290,8 @@ void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *wha
                       tw_rel_deferred_t *todo);
 void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why);
 
-/* Something is outstanding at @p due: make sure a pass looks then. */
+/* Something is outstanding at @p due: make sure a pass looks then. Any
+ * thread; may hold a peer's lock. */
 static inline void tw_rel_arm(tw_rel_t *rel, uint64_t due)
 {
     uint64_t cur = atomic_load_explicit(&rel->next_due, memory_order_relaxed);
@@ -277,6 +305,8 @@ static inline void tw_rel_arm(tw_rel_t *rel, uint64_t due)
     }
 }
 
+/* The exact time, read once per arrival (@p t); raises the peer's
+ * latest reading. Lock held. */
 static inline uint64_t tw_rel_now(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_now_t *t)
 {
     if (!t->read) {
@@ -297,7 +327,7 @@ static inline void tw_rel_held_free(tw_rel_held_t *h)
     tw_free(h, h->alloc_len);
 }
 
-/* After the lock: completions, then the report upward. */
+/* After the lock (not held): completions, then the report upward. */
 static inline void tw_rel_finish(tw_rel_t *rel, int peer, tw_rel_deferred_t *todo)
 {
     while (todo->done != NULL) {

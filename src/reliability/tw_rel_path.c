@@ -128,7 +128,7 @@ void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *wha
     }
 }
 
-/* A transport lost a peer (engine thread). */
+/* A transport lost a peer. Takes the peer's lock. Thread: an engine. */
 void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why)
 {
     tw_rel_path_t *path = arg;

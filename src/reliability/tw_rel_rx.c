@@ -121,6 +121,7 @@ static tw_rel_held_t *tw_rel_held_new(tw_rel_t *rel, const tw_rel_hdr_t *h, size
     return held;
 }
 
+/* Lock held. */
 static void tw_rel_dq_append(tw_rel_peer_t *p, tw_rel_held_t *d)
 {
     d->next = NULL;
@@ -389,7 +390,8 @@ static void tw_rel_deliverer_exit(tw_rel_t *rel, tw_rel_peer_t *p, int peer)
 }
 
 /* An engine hands up what workers left to it (tw_rel_may_deliver said no:
- * it runs user code); returns how many peers it drained. */
+ * it runs user code); returns how many peers it drained. Takes each
+ * peer's lock in turn. Thread: engine 0. */
 int tw_rel_engine_drain(tw_rel_t *rel)
 {
     int events = 0;

@@ -49,7 +49,8 @@
  * it first (waiting workers run the same pass, tw_rel_poll, and usually
  * find the deadline moved: an ack came). TW_REL_TIMER_SLACK late, so a
  * worker that polls gets there first and the engine -- which may share
- * its core -- stays asleep. */
+ * its core -- stays asleep. Any thread; takes arm_lock, may hold a
+ * peer's lock. */
 void tw_rel_timer_at(tw_rel_t *rel, uint64_t due)
 {
     struct itimerspec its = {{0, 0}, {0, 0}};
@@ -181,7 +182,8 @@ restart:;
 }
 
 /* The timer pass over every peer; returns events. Whoever wins the pass
- * flag runs it: the engine, or a waiting worker (tw_rel_poll). */
+ * flag runs it: the engine, or a waiting worker (tw_rel_poll). Takes
+ * each peer's lock in turn. */
 int tw_rel_timers(tw_rel_t *rel, bool check)
 {
     static TW_TLS const tw_rel_t *last;

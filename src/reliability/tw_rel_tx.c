@@ -28,6 +28,8 @@
 
 #define TW_REL_SAMPLE_EVERY 16u /* manual progress: a send that reads the clock, of these */
 
+/* The ack fields of a frame to the peer: what we hold of its fragments.
+ * Lock held. */
 static void tw_rel_fill_ack(const tw_rel_peer_t *p, tw_rel_hdr_t *h)
 {
     uint64_t bits = 0;
@@ -44,6 +46,7 @@ static void tw_rel_fill_ack(const tw_rel_peer_t *p, tw_rel_hdr_t *h)
     h->ack_bits = bits;
 }
 
+/* A long-form header of @p type for path @p path. Lock held. */
 static void tw_rel_hdr_init(const tw_rel_t *rel, const tw_rel_peer_t *p, tw_rel_hdr_t *h,
                             uint8_t type, int path)
 {
@@ -252,6 +255,9 @@ static void tw_rel_smsg_fill(const tw_rel_t *rel, tw_rel_smsg_t *m, size_t alloc
     }
 }
 
+/* Queue a message to @p peer and send what the window takes of it; @p bye:
+ * the goodbye (quiesce), which a full queue or a departed peer does not
+ * refuse. Takes the peer's lock. Thread: any. */
 tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr, size_t hdr_len,
                         const void *data, size_t len, bool copy, tw_tl_comp_t *comp, bool bye)
 {
