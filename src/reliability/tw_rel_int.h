@@ -289,6 +289,8 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
 void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *what,
                       tw_rel_deferred_t *todo);
 void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why);
+void tw_rel_probe_answered(tw_rel_t *rel, tw_rel_peer_t *p, int peer, unsigned g);
+uint64_t tw_rel_probe(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now);
 
 /* Something is outstanding at @p due: make sure a pass looks then. Any
  * thread; may hold a peer's lock. */

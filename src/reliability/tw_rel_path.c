@@ -128,6 +128,47 @@ void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *wha
     }
 }
 
+/* Path @p g answered a probe of @p peer: after TW_REL_PROBES answers it
+ * is healthy again, and carries the traffic if it comes first in routing
+ * order (fail-back). Lock held. */
+void tw_rel_probe_answered(tw_rel_t *rel, tw_rel_peer_t *p, int peer, unsigned g)
+{
+    uint8_t bit = (uint8_t)(1u << g);
+
+    if ((p->paths_reach & bit) && !(p->paths_up & bit) && !(p->paths_dead & bit) &&
+        ++p->probe_ok[g] >= (unsigned)rel->cfg.probes) {
+        int was = tw_rel_cur_path(p);
+        p->paths_up |= bit;
+        p->probe_ok[g] = 0;
+        if (tw_rel_cur_path(p) != was) {
+            tw_stats_inc(rel->stats, TW_REL_STAT_FAILBACKS);
+            tw_warn("rel", "path %s to rank %d is healthy again: failing back",
+                    rel->paths[g].iface->name, peer);
+        }
+    }
+}
+
+/* Probe the peer's failed paths that are not dead, every TW_REL_PROBE.
+ * Returns when the next probe is due (UINT64_MAX: nothing to probe).
+ * Lock held. */
+uint64_t tw_rel_probe(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now)
+{
+    uint8_t probing = p->paths_reach & (uint8_t)~p->paths_up & (uint8_t)~p->paths_dead;
+
+    if (probing == 0) {
+        return UINT64_MAX;
+    }
+    if (now >= p->probe_due) {
+        p->probe_due = now + rel->cfg.probe_ns;
+        for (unsigned g = 0; g < rel->npaths; g++) {
+            if (probing >> g & 1) {
+                (void)tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_PROBE, (int)g, (uint32_t)g);
+            }
+        }
+    }
+    return p->probe_due;
+}
+
 /* A transport lost a peer. Takes the peer's lock. Thread: an engine. */
 void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why)
 {

@@ -410,26 +410,18 @@ int tw_rel_engine_drain(tw_rel_t *rel)
     return events;
 }
 
-/* Transport arrival callback (recv_arg = the path). Thread: an engine. */
-void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
-                    const void *data, size_t len)
+/* Whether an arrival from @p src is to be handled: it parses (one whose
+ * checksum fails draws a NACK, at most once per half RTO) and is from
+ * and for the current incarnations. Fills @p h. Lock not held (taken for
+ * the NACK). */
+static bool tw_rel_frame_accepted(tw_rel_t *rel, tw_rel_peer_t *p, int src, uint8_t am_id,
+                                  const void *hdr, size_t hdr_len, const void *data, size_t len,
+                                  tw_rel_hdr_t *h)
 {
-    tw_rel_path_t *path = arg;
-    tw_rel_t *rel = path->rel;
-    tw_rel_deferred_t todo = {0};
     const char *why = "?";
-    const unsigned char *uhdr;
-    bool up = false;
-    tw_rel_hdr_t h;
-    tw_rel_peer_t *p;
     uint64_t now;
 
-    if (src < 0 || src >= rel->size) {
-        tw_stats_inc(rel->stats, TW_REL_STAT_BAD_FRAMES);
-        return;
-    }
-    p = &rel->peers[src];
-    switch (tw_rel_parse(am_id, hdr, hdr_len, data, len, &h, &why)) {
+    switch (tw_rel_parse(am_id, hdr, hdr_len, data, len, h, &why)) {
     case TW_REL_PARSE_OK:
         break;
     case TW_REL_PARSE_CRC:
@@ -443,21 +435,76 @@ void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
             (void)tw_rel_tx_ctrl(rel, p, src, TW_REL_T_NACK, -1, 0);
         }
         pthread_mutex_unlock(&p->lock);
-        return;
+        return false;
     case TW_REL_PARSE_BAD:
         tw_stats_inc(rel->stats, TW_REL_STAT_BAD_FRAMES);
         if (tw_rel_should_log(rel)) {
             tw_warn("rel", "dropped a frame from rank %d: %s", src, why);
         }
-        return;
+        return false;
     }
-    if ((h.flags & TW_REL_F_SHORT) ? h.src_epoch != tw_rel_epochs(p->epoch, rel->epoch)
-                                   : h.src_epoch != p->epoch || h.dst_epoch != rel->epoch) {
+    if ((h->flags & TW_REL_F_SHORT) ? h->src_epoch != tw_rel_epochs(p->epoch, rel->epoch)
+                                    : h->src_epoch != p->epoch || h->dst_epoch != rel->epoch) {
         tw_stats_inc(rel->stats, TW_REL_STAT_STALE);
         if (tw_rel_should_log(rel)) {
             tw_warn("rel", "dropped a frame from another incarnation of rank %d or of this rank",
                     src);
         }
+        return false;
+    }
+    return true;
+}
+
+/* A frame other than DATA came in on @p path: what it asks of us. Lock
+ * held. */
+static void tw_rel_ctrl_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int src, const tw_rel_path_t *path,
+                                const tw_rel_hdr_t *h, uint64_t now, tw_rel_deferred_t *todo)
+{
+    switch (h->type) {
+    case TW_REL_T_NACK:
+        tw_rel_nack_apply(rel, p, src, h, now, todo);
+        break;
+    case TW_REL_T_ACK:
+        /* Selective acks past a gap say the same as a NACK (which may
+         * itself have been lost). */
+        if (h->ack_bits != 0) {
+            tw_rel_nack_apply(rel, p, src, h, now, todo);
+        }
+        break;
+    case TW_REL_T_PING:
+        (void)tw_rel_tx_ctrl(rel, p, src, TW_REL_T_PONG, (int)path->index, h->seq);
+        break;
+    case TW_REL_T_PROBE:
+        (void)tw_rel_tx_ctrl(rel, p, src, TW_REL_T_PROBE_ACK, (int)path->index, h->seq);
+        break;
+    case TW_REL_T_PROBE_ACK:
+        tw_rel_probe_answered(rel, p, src, path->index);
+        break;
+    default: /* PONG: the ack fields and last_rx were the point */
+        break;
+    }
+}
+
+/* Transport arrival callback (recv_arg = the path). Takes the peer's
+ * lock. Thread: an engine. */
+void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
+                    const void *data, size_t len)
+{
+    tw_rel_path_t *path = arg;
+    tw_rel_t *rel = path->rel;
+    tw_rel_deferred_t todo = {0};
+    const unsigned char *uhdr;
+    bool up = false;
+    tw_rel_hdr_t h;
+    tw_rel_peer_t *p;
+    uint64_t now;
+
+    if (src < 0 || src >= rel->size) {
+        tw_stats_inc(rel->stats, TW_REL_STAT_BAD_FRAMES);
+        return;
+    }
+    p = &rel->peers[src];
+    if (!tw_rel_frame_accepted(rel, p, src, am_id, hdr, hdr_len, data, len, &h)) {
         return;
     }
     pthread_mutex_lock(&p->lock);
@@ -478,50 +525,16 @@ void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
         tw_rel_ack_apply(rel, p, &h, &t, &todo);
     }
     if (h.type == TW_REL_T_ACK && h.ack_bits != 0) {
-        (void)tw_rel_now(rel, p, &t); /* for tw_rel_nack_apply below */
+        (void)tw_rel_now(rel, p, &t); /* for tw_rel_nack_apply */
     }
     now = t.ns;
     p->last_rx_ns = TW_MAX(p->last_rx_ns, now);
     p->pings = 0;
     uhdr = (const unsigned char *)hdr + hdr_len - h.hdr_len;
-    switch (h.type) {
-    case TW_REL_T_DATA:
+    if (h.type == TW_REL_T_DATA) {
         up = tw_rel_data_arrived(rel, p, src, &h, uhdr, data, now);
-        break;
-    case TW_REL_T_NACK:
-        tw_rel_nack_apply(rel, p, src, &h, now, &todo);
-        break;
-    case TW_REL_T_ACK:
-        /* Selective acks past a gap say the same as a NACK (which may
-         * itself have been lost). */
-        if (h.ack_bits != 0) {
-            tw_rel_nack_apply(rel, p, src, &h, now, &todo);
-        }
-        break;
-    case TW_REL_T_PING:
-        (void)tw_rel_tx_ctrl(rel, p, src, TW_REL_T_PONG, (int)path->index, h.seq);
-        break;
-    case TW_REL_T_PROBE:
-        (void)tw_rel_tx_ctrl(rel, p, src, TW_REL_T_PROBE_ACK, (int)path->index, h.seq);
-        break;
-    case TW_REL_T_PROBE_ACK: {
-        unsigned g = path->index;
-        uint8_t bit = (uint8_t)(1u << g);
-        if ((p->paths_reach & bit) && !(p->paths_up & bit) && !(p->paths_dead & bit) &&
-            ++p->probe_ok[g] >= (unsigned)rel->cfg.probes) {
-            int was = tw_rel_cur_path(p);
-            p->paths_up |= bit;
-            p->probe_ok[g] = 0;
-            if (tw_rel_cur_path(p) != was) {
-                tw_stats_inc(rel->stats, TW_REL_STAT_FAILBACKS);
-                tw_warn("rel", "path %s to rank %d is healthy again: failing back",
-                        path->iface->name, src);
-            }
-        }
-        break;
-    }
-    default: /* ACK, PONG: the ack fields and last_rx were the point */
-        break;
+    } else {
+        tw_rel_ctrl_arrived(rel, p, src, path, &h, now, &todo);
     }
     if (!p->down) {
         tw_rel_push(rel, p, src, now, t.read ? TW_REL_STAMP_READ : TW_REL_STAMP_EARLY, &todo);

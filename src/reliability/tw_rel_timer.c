@@ -75,13 +75,12 @@ void tw_rel_timer_at(tw_rel_t *rel, uint64_t due)
     pthread_mutex_unlock(&rel->arm_lock);
 }
 
-/* Timers of one peer; returns its next deadline. Lock held. */
-static uint64_t tw_rel_peer_tick(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
-                                 int *events, tw_rel_deferred_t *todo)
+/* The peer's retransmission timer; returns the earliest deadline of the
+ * fragments it looked at (UINT64_MAX: none). Lock held. */
+static uint64_t tw_rel_resend_due(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
+                                  int *events, tw_rel_deferred_t *todo)
 {
     uint64_t next = UINT64_MAX;
-
-    p->clock_ns = TW_MAX(p->clock_ns, now);
 
 restart:;
     /* One retransmission timer per peer, as TCP has: only the oldest
@@ -122,63 +121,81 @@ restart:;
         }
         next = TW_MIN(next, s->due_ns);
     }
+    return next;
+}
+
+/* The delayed ack goes when due (and stays due if the path refused it).
+ * Returns its deadline; UINT64_MAX: none. Lock held. */
+static uint64_t tw_rel_ack_due(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now, int *events)
+{
+    if (p->ack_due == 0) {
+        return UINT64_MAX;
+    }
+    if (p->ack_due <= now) {
+        (*events)++;
+        if (tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_ACK, -1, 0) != TW_OK) {
+            p->ack_due = now;
+        }
+    }
+    return p->ack_due != 0 ? p->ack_due : UINT64_MAX;
+}
+
+/* Keepalive: a peer silent for TW_REL_KEEPALIVE is pinged, one silent for
+ * TW_REL_MISSES times that has failed. Returns false when it failed it;
+ * lowers *@p next_p to when to look again. Lock held. */
+static bool tw_rel_keepalive(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
+                             tw_rel_deferred_t *todo, uint64_t *next_p)
+{
+    if (peer == rel->rank || p->left) {
+        return true;
+    }
+    uint64_t silent = tw_rel_since(now, p->last_rx_ns);
+    /* Failed once silent that long with misses - 1 pings unanswered:
+     * last_rx_ns may be an earlier reading than the frame's arrival
+     * (tw_rel_now_t), so a pass after a long pause of progress
+     * pings first. */
+    if (silent >= rel->cfg.keepalive_ns * (uint64_t)rel->cfg.misses &&
+        p->pings + 1 >= (unsigned)rel->cfg.misses) {
+        char what[96];
+        snprintf(what, sizeof(what), "silent for %llu ms (keepalive %llu ms x %d)",
+                 (unsigned long long)(silent / 1000000),
+                 (unsigned long long)(rel->cfg.keepalive_ns / 1000000), rel->cfg.misses);
+        tw_rel_peer_fail(rel, p, peer, what, todo);
+        return false;
+    }
+    if (silent >= rel->cfg.keepalive_ns && now >= p->ping_due) {
+        /* On every usable path: one that works is enough. */
+        p->ping_due = now + rel->cfg.keepalive_ns;
+        p->pings++;
+        for (unsigned g = 0; g < rel->npaths; g++) {
+            if ((p->paths_reach & (uint8_t)~p->paths_dead) >> g & 1 &&
+                tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_PING, (int)g, (uint32_t)(now >> 20)) ==
+                    TW_OK) {
+                tw_stats_inc(rel->stats, TW_REL_STAT_PINGS);
+            }
+        }
+    }
+    *next_p = TW_MIN(*next_p, TW_MAX(p->last_rx_ns + rel->cfg.keepalive_ns, p->ping_due));
+    return true;
+}
+
+/* Timers of one peer; returns its next deadline. Lock held. */
+static uint64_t tw_rel_peer_tick(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
+                                 int *events, tw_rel_deferred_t *todo)
+{
+    uint64_t next;
+
+    p->clock_ns = TW_MAX(p->clock_ns, now);
+    next = tw_rel_resend_due(rel, p, peer, now, events, todo);
     if (p->down) {
         return UINT64_MAX;
     }
     tw_rel_push(rel, p, peer, now, TW_REL_STAMP_READ, todo);
-    if (p->ack_due != 0) {
-        if (p->ack_due <= now) {
-            (*events)++;
-            if (tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_ACK, -1, 0) != TW_OK) {
-                p->ack_due = now;
-            }
-        }
-        if (p->ack_due != 0) {
-            next = TW_MIN(next, p->ack_due);
-        }
+    next = TW_MIN(next, tw_rel_ack_due(rel, p, peer, now, events));
+    if (!tw_rel_keepalive(rel, p, peer, now, todo, &next)) {
+        return UINT64_MAX;
     }
-    if (peer != rel->rank && !p->left) {
-        uint64_t silent = tw_rel_since(now, p->last_rx_ns);
-        /* Failed once silent that long with misses - 1 pings unanswered:
-         * last_rx_ns may be an earlier reading than the frame's arrival
-         * (tw_rel_now_t), so a pass after a long pause of progress
-         * pings first. */
-        if (silent >= rel->cfg.keepalive_ns * (uint64_t)rel->cfg.misses &&
-            p->pings + 1 >= (unsigned)rel->cfg.misses) {
-            char what[96];
-            snprintf(what, sizeof(what), "silent for %llu ms (keepalive %llu ms x %d)",
-                     (unsigned long long)(silent / 1000000),
-                     (unsigned long long)(rel->cfg.keepalive_ns / 1000000), rel->cfg.misses);
-            tw_rel_peer_fail(rel, p, peer, what, todo);
-            return UINT64_MAX;
-        }
-        if (silent >= rel->cfg.keepalive_ns && now >= p->ping_due) {
-            /* On every usable path: one that works is enough. */
-            p->ping_due = now + rel->cfg.keepalive_ns;
-            p->pings++;
-            for (unsigned g = 0; g < rel->npaths; g++) {
-                if ((p->paths_reach & (uint8_t)~p->paths_dead) >> g & 1 &&
-                    tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_PING, (int)g, (uint32_t)(now >> 20)) ==
-                        TW_OK) {
-                    tw_stats_inc(rel->stats, TW_REL_STAT_PINGS);
-                }
-            }
-        }
-        next = TW_MIN(next, TW_MAX(p->last_rx_ns + rel->cfg.keepalive_ns, p->ping_due));
-    }
-    uint8_t probing = p->paths_reach & (uint8_t)~p->paths_up & (uint8_t)~p->paths_dead;
-    if (probing != 0) {
-        if (now >= p->probe_due) {
-            p->probe_due = now + rel->cfg.probe_ns;
-            for (unsigned g = 0; g < rel->npaths; g++) {
-                if (probing >> g & 1) {
-                    (void)tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_PROBE, (int)g, (uint32_t)g);
-                }
-            }
-        }
-        next = TW_MIN(next, p->probe_due);
-    }
-    return next;
+    return TW_MIN(next, tw_rel_probe(rel, p, peer, now));
 }
 
 /* The timer pass over every peer; returns events. Whoever wins the pass

@@ -255,9 +255,86 @@ static void tw_rel_smsg_fill(const tw_rel_t *rel, tw_rel_smsg_t *m, size_t alloc
     }
 }
 
+/* May a message join the peer's queue? Not when the peer failed or left
+ * (but a goodbye, @p bye, may follow its own), nor, back-pressure, when
+ * TW_REL_QUEUE messages are unacknowledged (a goodbye is never refused
+ * for that). Lock held. */
+static tw_status_t tw_rel_admit(const tw_rel_t *rel, const tw_rel_peer_t *p, bool bye)
+{
+    if (p->down || (p->left && !bye)) {
+        return TW_ERR_PEER_FAILED;
+    }
+    if (!bye && p->nmsgs >= (unsigned)rel->cfg.queue) {
+        return TW_ERR_AGAIN;
+    }
+    return TW_OK;
+}
+
+/* The time a send is stamped with, *@p now_p, and what kind of stamp it
+ * is. Behind earlier fragments the latest reading will do (only the
+ * oldest one's deadline counts). A fragment that goes into an empty
+ * window starts the peer's retransmission timer: with an engine thread,
+ * that takes a clock reading (an early stamp would wake the engine for
+ * nothing); without one (manual progress), the peer's latest reading is
+ * its early stamp -- usually made a moment ago, by the arrival this send
+ * answers -- and the pass that finds it due times it from then on
+ * instead of resending it, so its first timeout lies between TW_REL_RTO
+ * and twice that. Every TW_REL_SAMPLE_EVERY-th such send still reads the
+ * clock, for a round-trip sample. Lock held. */
+static inline tw_rel_stamp_t tw_rel_send_stamp(tw_rel_t *rel, tw_rel_peer_t *p, uint64_t *now_p)
+{
+    bool empty = p->snd_una == p->snd_nxt;
+    uint64_t now = p->clock_ns;
+    tw_rel_stamp_t stamp = TW_REL_STAMP_LATEST;
+
+    if (empty && !rel->timer_used && p->srtt_ns != 0 && ++p->untimed < TW_REL_SAMPLE_EVERY) {
+        stamp = TW_REL_STAMP_EARLY;
+    } else if (empty) {
+        p->untimed = 0;
+        now = rel->clock();
+        p->clock_ns = TW_MAX(p->clock_ns, now);
+        stamp = TW_REL_STAMP_READ;
+    }
+    *now_p = now;
+    return stamp;
+}
+
+/* Message @p m (admitted) joins the peer's queue, and what the window
+ * takes of it goes out. Lock held. */
+static inline void tw_rel_queue_and_send(tw_rel_t *rel, tw_rel_peer_t *p, int peer,
+                                         tw_rel_smsg_t *m, tw_rel_deferred_t *todo)
+{
+    /* A message in one fragment, with nothing queued before it and room
+     * in the window, goes out first and takes its place in the queue and
+     * its slot after: a hop's sending half is what comes before the
+     * transport's publish. */
+    uint32_t seq = p->snd_nxt;
+    tw_status_t tx = TW_ERR_AGAIN;
+    int g = -1;
+    if (m->nfrags == 1 && p->q_head == NULL && seq - p->snd_una < TW_REL_WIN &&
+        (g = tw_rel_cur_path(p)) >= 0) {
+        tx = tw_rel_frame_tx(rel, p, peer, m, 0, seq, g);
+    }
+    if (p->q_tail != NULL) {
+        p->q_tail->next = m;
+    } else {
+        p->q_head = m;
+    }
+    p->q_tail = m;
+    p->nmsgs++;
+    uint64_t now;
+    tw_rel_stamp_t stamp = tw_rel_send_stamp(rel, p, &now);
+    if (tx == TW_OK) {
+        tw_rel_slot_sent(rel, p, tw_rel_slot_take(rel, p, stamp), g, now);
+    } else {
+        /* Not sent (or not tried): the general way, which retries,
+         * fails over, or leaves it to the timer pass. */
+        tw_rel_push(rel, p, peer, now, stamp, todo);
+    }
+}
+
 /* Queue a message to @p peer and send what the window takes of it; @p bye:
- * the goodbye (quiesce), which a full queue or a departed peer does not
- * refuse. Takes the peer's lock. Thread: any. */
+ * the goodbye (quiesce). Takes the peer's lock. Thread: any. */
 tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr, size_t hdr_len,
                         const void *data, size_t len, bool copy, tw_tl_comp_t *comp, bool bye)
 {
@@ -281,14 +358,11 @@ tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr,
          * a sender that retries against a stalled peer costs nothing. */
         alloc_len = sizeof(*m) + TW_REL_ROOM + TW_REL_SMALL;
         pthread_mutex_lock(&p->lock);
-        if (p->down || (p->left && !bye)) {
-            st = TW_ERR_PEER_FAILED;
-        } else if (!bye && p->nmsgs >= (unsigned)rel->cfg.queue) {
-            st = TW_ERR_AGAIN;
-        } else if ((m = p->pool) != NULL) {
+        st = tw_rel_admit(rel, p, bye);
+        if (st == TW_OK && (m = p->pool) != NULL) {
             p->pool = m->next;
             p->npool--;
-        } else if ((m = tw_malloc(alloc_len)) == NULL) {
+        } else if (st == TW_OK && (m = tw_malloc(alloc_len)) == NULL) {
             st = TW_ERR_NOMEM;
         }
         if (st != TW_OK) {
@@ -308,59 +382,10 @@ tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr,
         }
         tw_rel_smsg_fill(rel, m, alloc_len, am_id, hdr, hdr_len, data, len, copy, comp);
         pthread_mutex_lock(&p->lock);
-        if (p->down || (p->left && !bye)) {
-            st = TW_ERR_PEER_FAILED;
-        } else if (!bye && p->nmsgs >= (unsigned)rel->cfg.queue) {
-            st = TW_ERR_AGAIN;
-        }
+        st = tw_rel_admit(rel, p, bye);
     }
     if (st == TW_OK) {
-        /* A message in one fragment, with nothing queued before it and
-         * room in the window, goes out first and takes its place in the
-         * queue and its slot after: a hop's sending half is what comes
-         * before the transport's publish. */
-        uint32_t seq = p->snd_nxt;
-        tw_status_t tx = TW_ERR_AGAIN;
-        int g = -1;
-        if (m->nfrags == 1 && p->q_head == NULL && seq - p->snd_una < TW_REL_WIN &&
-            (g = tw_rel_cur_path(p)) >= 0) {
-            tx = tw_rel_frame_tx(rel, p, peer, m, 0, seq, g);
-        }
-        if (p->q_tail != NULL) {
-            p->q_tail->next = m;
-        } else {
-            p->q_head = m;
-        }
-        p->q_tail = m;
-        p->nmsgs++;
-        /* Behind earlier fragments the latest reading will do (only the
-         * oldest one's deadline counts). A fragment that goes into an
-         * empty window starts the peer's retransmission timer: with an
-         * engine thread, that takes a clock reading (an early stamp
-         * would wake the engine for nothing); without one (manual
-         * progress), the peer's latest reading is its early stamp --
-         * usually made a moment ago, by the arrival this send answers --
-         * and the pass that finds it due times it from then on instead
-         * of resending it. Every TW_REL_SAMPLE_EVERY-th such send still
-         * reads the clock, for a round-trip sample. */
-        bool empty = p->snd_una == p->snd_nxt;
-        uint64_t now = p->clock_ns;
-        tw_rel_stamp_t stamp = TW_REL_STAMP_LATEST;
-        if (empty && !rel->timer_used && p->srtt_ns != 0 && ++p->untimed < TW_REL_SAMPLE_EVERY) {
-            stamp = TW_REL_STAMP_EARLY;
-        } else if (empty) {
-            p->untimed = 0;
-            now = rel->clock();
-            p->clock_ns = TW_MAX(p->clock_ns, now);
-            stamp = TW_REL_STAMP_READ;
-        }
-        if (tx == TW_OK) {
-            tw_rel_slot_sent(rel, p, tw_rel_slot_take(rel, p, stamp), g, now);
-        } else {
-            /* Not sent (or not tried): the general way, which retries,
-             * fails over, or leaves it to the timer pass. */
-            tw_rel_push(rel, p, peer, now, stamp, &todo);
-        }
+        tw_rel_queue_and_send(rel, p, peer, m, &todo);
     }
     pthread_mutex_unlock(&p->lock);
     if (st != TW_OK) {
