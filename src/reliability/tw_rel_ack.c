@@ -1,15 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * Acks at the sender (tw_rel_rx.c decides when the receiver sends them,
- * and applies the ack fields every arrival carries). An ack is (base,
- * bits): every fragment before base arrived, and bit i says base + 1 + i
- * did. A fragment acknowledged for the first time may give a round-trip
- * sample (Karn: only one sent once, and stamped with a clock reading),
- * and a message whose fragments are all acked completes; an eager one
- * goes back to its peer's pool. A NACK names the first fragment the
- * receiver lacks: it goes again at once, unless it went out less than a
- * round trip ago (then it is late, not lost).
+ * Acks at the sender: what an ack or a NACK does to the send window.
+ * (tw_rel_rx.c decides when the receiver sends them, and applies the ack
+ * fields every arrival carries, inlined in the receive callback.) An ack
+ * is (base, bits): every fragment before base arrived, and bit i says
+ * base + 1 + i did. A message whose fragments are all acked completes;
+ * an eager one goes back to its peer's pool.
  */
 #include "reliability/tw_rel_int.h"
 

@@ -10,10 +10,10 @@
  * arrival. Its critical sections call the paths (a tcp write is a
  * syscall), too long for a spinlock that may share its CPU with the
  * holder (docs/decisions/rel-peer-lock.md). It is never held across an
- * upcall (the layer above's recv and peer_down) or a completion: what is
- * found under it goes into a tw_rel_deferred_t and is done after the unlock
- * (tw_rel_finish), and the deliverer drops it around each message it
- * hands up -- so a handler may send. A thread holds one peer's lock at a
+ * upcall (the layer above's recv and peer_down) or a completion: what
+ * is found under it goes into a tw_rel_deferred_t and is done after the
+ * unlock (tw_rel_finish), and the deliverer drops it around each message
+ * it hands up -- so a handler may send. A thread holds one peer's lock at a
  * time. Under it rel calls the paths' send ops, so a path must not call
  * rel back from inside one: a path that delivers on the sending thread
  * (self) gets no inline am ids (tw_rel_take_path). rel->arm_lock, the
@@ -37,10 +37,10 @@
 #include "reliability/tw_rel.h"
 #include "reliability/tw_rel_proto.h"
 
-#define TW_REL_WIN       64u
-#define TW_REL_MAX_SHORT (64u * 1024u)
-#define TW_REL_SMALL     256u /* eager messages up to this (header + payload) are pooled */
-#define TW_REL_POOL      64u  /* per peer */
+#define TW_REL_WIN       64u           /* unacknowledged fragments per peer */
+#define TW_REL_MAX_SHORT (64u * 1024u) /* frames on a path, and an am_short, at most */
+#define TW_REL_SMALL     256u          /* eager messages up to this (header + payload) are pooled */
+#define TW_REL_POOL      64u           /* per peer */
 
 /* Set while a waiting worker polls the transports (tw_rel_poll): what it
  * receives must not run user code here. */
