@@ -44,7 +44,8 @@ static const tw_cfg_entry_t tw_rel_cfg_entries[] = {
     {.name = "TW_REL_RTO",
      .type = TW_CFG_DURATION,
      .defval = "2ms",
-     .help = "reliability: first retransmission timeout (doubled per retry)",
+     .help = "reliability: shortest retransmission timeout, and the first before a round trip is "
+             "measured (doubled per retry)",
      .offset = offsetof(tw_rel_cfg_t, rto_ns)},
     {.name = "TW_REL_RTO_MAX",
      .type = TW_CFG_DURATION,
