@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * The reliability layer (tw_rel.c has the design essay): a wrapper iface
+ * The reliability layer (README.md has the overview): a wrapper iface
  * (ops table "rel", TW_TL_CAP_WRAP_ALL) over every transport of the
  * stack. The runtime puts it on top when tw_config_t.reliable /
  * TW_RELIABLE asks for TW_TL_FEATURE_RELIABLE; msg then routes every peer

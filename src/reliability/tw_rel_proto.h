@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * Wire format of the reliability layer (tw_rel.c has the design essay).
+ * Wire format of the reliability layer (README.md has the overview).
  *
  * Every rel frame is one transport active message: the transport header
  * bytes are a tw_rel_hdr_t, followed -- in the first fragment of a message
