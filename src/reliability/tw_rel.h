@@ -85,8 +85,10 @@ tw_status_t tw_rel_wrap(tw_tl_iface_t *const *paths, unsigned n, const tw_tl_par
 /** This process's incarnation (what addr_pack publishes). */
 uint32_t tw_rel_epoch(const tw_tl_iface_t *rel);
 
+#if TW_TESTING
 /** Test hook: hand a frame to rel as if path @p index delivered it. */
 void tw_rel_inject(tw_tl_iface_t *rel, unsigned index, int src, uint8_t am_id, const void *hdr,
                    size_t hdr_len, const void *data, size_t len);
+#endif
 
 #endif /* TW_REL_H */

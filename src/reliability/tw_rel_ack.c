@@ -12,7 +12,7 @@
 
 /* A round trip measured on a fragment sent once (Karn: never on a
  * retransmitted one, whose ack may answer either copy). Lock held. */
-static void tw_rel_rtt_sample(tw_rel_peer_t *p, uint64_t rtt)
+static void tw_rel_rtt_sample(tw_rel_peer_t *p, uint64_t rtt) TW_REQUIRES(p->lock)
 {
     if (p->srtt_ns == 0) {
         p->srtt_ns = rtt;
@@ -27,7 +27,7 @@ static void tw_rel_rtt_sample(tw_rel_peer_t *p, uint64_t rtt)
 /* An ack covers slot @p s. Returns whether @p s was not acknowledged
  * before. Lock held. */
 bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, tw_rel_now_t *t,
-                       tw_rel_deferred_t *todo)
+                       tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     tw_rel_smsg_t *m = s->msg;
 
@@ -63,7 +63,7 @@ bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, tw_rel
  * out less than a round trip ago (then it is late, not lost). The next
  * gap gets its own NACK once this one is filled. Lock held. */
 void tw_rel_nack_apply(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
-                       uint64_t now, tw_rel_deferred_t *todo)
+                       uint64_t now, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     uint32_t seq = h->ack_base;
     tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];

@@ -247,11 +247,11 @@ static void tw_rel_quiesce(tw_tl_iface_t *iface)
         bool busy = false;
         for (int peer = 0; peer < rel->size && !busy; peer++) {
             tw_rel_peer_t *p = &rel->peers[peer];
-            pthread_mutex_lock(&p->lock);
+            tw_mutex_lock(&p->lock);
             /* A peer that said goodbye has finalized: nothing we still
              * owe it would be received. */
             busy = !p->down && !p->left && p->nmsgs > 0;
-            pthread_mutex_unlock(&p->lock);
+            tw_mutex_unlock(&p->lock);
         }
         if (!busy) {
             break;
@@ -269,11 +269,11 @@ static void tw_rel_quiesce(tw_tl_iface_t *iface)
     /* What we owe our peers' last fragments. */
     for (int peer = 0; peer < rel->size; peer++) {
         tw_rel_peer_t *p = &rel->peers[peer];
-        pthread_mutex_lock(&p->lock);
+        tw_mutex_lock(&p->lock);
         if (!p->down && p->paths_reach != 0 && (p->ack_owed > 0 || p->ack_due != 0)) {
             (void)tw_rel_tx_ctrl(rel, p, peer, TW_REL_T_ACK, -1, 0);
         }
-        pthread_mutex_unlock(&p->lock);
+        tw_mutex_unlock(&p->lock);
     }
 }
 
@@ -425,7 +425,7 @@ tw_status_t tw_rel_wrap(tw_tl_iface_t *const *paths, unsigned n, const tw_tl_par
     atomic_init(&rel->armed_at, UINT64_MAX);
     atomic_flag_clear(&rel->in_pass);
     atomic_init(&rel->drain_wanted, false);
-    pthread_mutex_init(&rel->arm_lock, NULL);
+    tw_mutex_init(&rel->arm_lock, TW_LOCK_RANK_REL_ARM, "rel timer");
     atomic_init(&rel->logged, 0);
     do {
         if (getrandom(&rel->epoch, sizeof(rel->epoch), 0) != (ssize_t)sizeof(rel->epoch)) {
@@ -439,7 +439,7 @@ tw_status_t tw_rel_wrap(tw_tl_iface_t *const *paths, unsigned n, const tw_tl_par
     }
     for (int i = 0; i < rel->size; i++) {
         tw_rel_peer_t *p = &rel->peers[i];
-        pthread_mutex_init(&p->lock, NULL);
+        tw_mutex_init(&p->lock, TW_LOCK_RANK_REL_PEER, "rel peer");
         p->snd_una = p->snd_nxt = p->rcv_nxt = (uint32_t)rel->cfg.seq_start;
         p->epoch = i == rel->rank ? rel->epoch : 0;
     }
@@ -477,6 +477,7 @@ uint32_t tw_rel_epoch(const tw_tl_iface_t *iface)
     return ((const tw_rel_t *)(const void *)iface)->epoch;
 }
 
+#if TW_TESTING
 void tw_rel_inject(tw_tl_iface_t *iface, unsigned index, int src, uint8_t am_id, const void *hdr,
                    size_t hdr_len, const void *data, size_t len)
 {
@@ -484,6 +485,7 @@ void tw_rel_inject(tw_tl_iface_t *iface, unsigned index, int src, uint8_t am_id,
 
     tw_rel_recv_cb(&rel->paths[index], src, am_id, hdr, hdr_len, data, len);
 }
+#endif
 
 /* Fail what is left (TW_ERR_CANCELED) and free: after the paths closed. */
 static void tw_rel_destroy(tw_rel_t *rel)
@@ -495,7 +497,7 @@ static void tw_rel_destroy(tw_rel_t *rel)
         for (int peer = 0; peer < rel->size; peer++) {
             tw_rel_peer_t *p = &rel->peers[peer];
             tw_rel_deferred_t todo = {0};
-            pthread_mutex_lock(&p->lock);
+            tw_mutex_lock(&p->lock);
             p->left = true; /* no report: we are the ones leaving */
             tw_rel_peer_fail(rel, p, peer, "finalized", &todo);
             while (p->dq_head != NULL) {
@@ -508,13 +510,13 @@ static void tw_rel_destroy(tw_rel_t *rel)
                 p->pool = m->next;
                 tw_rel_smsg_free(m);
             }
-            pthread_mutex_unlock(&p->lock);
+            tw_mutex_unlock(&p->lock);
             for (tw_rel_smsg_t *m = todo.done; m != NULL; m = m->next) {
                 m->status = TW_ERR_CANCELED;
             }
             todo.report = false;
             tw_rel_finish(rel, peer, &todo);
-            pthread_mutex_destroy(&p->lock);
+            tw_mutex_destroy(&p->lock);
         }
         tw_free(rel->peers, (size_t)rel->size * sizeof(*rel->peers));
     }
@@ -522,7 +524,7 @@ static void tw_rel_destroy(tw_rel_t *rel)
         tw_pe_unwatch(rel->pe, rel->timer_fd);
         close(rel->timer_fd);
     }
-    pthread_mutex_destroy(&rel->arm_lock);
+    tw_mutex_destroy(&rel->arm_lock);
     if (rel->stats != NULL) {
         tw_stats_destroy(rel->stats);
     }

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "core/tw_compiler.h"
+#include "core/tw_lock.h"
 #include "core/tw_mem.h"
 #include "reliability/tw_rel.h"
 #include "reliability/tw_rel_proto.h"
@@ -96,7 +97,7 @@ typedef struct tw_rel_held {
 
 /* One per rank, this one included. */
 typedef struct tw_rel_peer {
-    pthread_mutex_t lock;
+    tw_mutex_t lock;
     /* Sending: p->lock. */
     uint32_t snd_una, snd_nxt;
     uint64_t srtt_ns, rttvar_ns; /* round-trip estimate (0: no sample yet) */
@@ -179,7 +180,7 @@ struct tw_rel {
      * arm_lock, or reset by the timer pass's CAS; any thread reads it
      * relaxed, to skip the lock. */
     _Atomic uint64_t armed_at;
-    pthread_mutex_t arm_lock; /* the timerfd's setting; nothing is taken under it */
+    tw_mutex_t arm_lock; /* the timerfd's setting; nothing is taken under it */
     bool timer_used;     /* an engine thread sleeps on the timerfd; set at ready, then read-only */
     atomic_flag in_pass; /* held by the thread that runs the timer pass */
     /* Some peer's engine_drain is set: set (release) under that peer's
@@ -237,7 +238,7 @@ static inline void tw_rel_count(_Atomic uint64_t *c)
 
 /* The path a peer's traffic goes on: the first healthy one; -1: none.
  * Lock held. */
-static inline int tw_rel_cur_path(const tw_rel_peer_t *p)
+static inline int tw_rel_cur_path(const tw_rel_peer_t *p) TW_REQUIRES(p->lock)
 {
     uint8_t ok = p->paths_up & p->paths_reach;
     return ok == 0 ? -1 : __builtin_ctz(ok);
@@ -245,7 +246,7 @@ static inline int tw_rel_cur_path(const tw_rel_peer_t *p)
 
 /* The retransmission timeout of a fresh fragment: srtt + 4 rttvar
  * (Jacobson), within [TW_REL_RTO, TW_REL_RTO_MAX]. Lock held. */
-static inline uint64_t tw_rel_rto(const tw_rel_t *rel, const tw_rel_peer_t *p)
+static inline uint64_t tw_rel_rto(const tw_rel_t *rel, const tw_rel_peer_t *p) TW_REQUIRES(p->lock)
 {
     uint64_t rto = p->srtt_ns + 4 * p->rttvar_ns;
     return TW_MIN(TW_MAX(rto, rel->cfg.rto_ns), rel->cfg.rto_max_ns);
@@ -253,11 +254,12 @@ static inline uint64_t tw_rel_rto(const tw_rel_t *rel, const tw_rel_peer_t *p)
 
 /* tw_rel_tx.c */
 tw_status_t tw_rel_tx_ctrl(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint8_t type, int g,
-                           uint32_t cookie);
+                           uint32_t cookie) TW_REQUIRES(p->lock);
 tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_slot_t *s,
-                           uint32_t seq, uint64_t now, tw_rel_deferred_t *todo);
+                           uint32_t seq, uint64_t now, tw_rel_deferred_t *todo)
+    TW_REQUIRES(p->lock);
 void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now, tw_rel_stamp_t stamp,
-                 tw_rel_deferred_t *todo);
+                 tw_rel_deferred_t *todo) TW_REQUIRES(p->lock);
 tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr, size_t hdr_len,
                         const void *data, size_t len, bool copy, tw_tl_comp_t *comp, bool bye);
 tw_status_t tw_rel_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
@@ -267,9 +269,9 @@ tw_status_t tw_rel_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const
 
 /* tw_rel_ack.c */
 bool tw_rel_mark_acked(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, tw_rel_now_t *t,
-                       tw_rel_deferred_t *todo);
+                       tw_rel_deferred_t *todo) TW_REQUIRES(p->lock);
 void tw_rel_nack_apply(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
-                       uint64_t now, tw_rel_deferred_t *todo);
+                       uint64_t now, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock);
 
 /* tw_rel_rx.c */
 void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
@@ -285,12 +287,13 @@ int tw_rel_progress_op(tw_tl_iface_t *iface);
 
 /* tw_rel_path.c */
 void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dead, const char *what,
-                      uint64_t now, tw_rel_deferred_t *todo);
+                      uint64_t now, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock);
 void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *what,
-                      tw_rel_deferred_t *todo);
+                      tw_rel_deferred_t *todo) TW_REQUIRES(p->lock);
 void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why);
-void tw_rel_probe_answered(tw_rel_t *rel, tw_rel_peer_t *p, int peer, unsigned g);
-uint64_t tw_rel_probe(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now);
+void tw_rel_probe_answered(tw_rel_t *rel, tw_rel_peer_t *p, int peer, unsigned g)
+    TW_REQUIRES(p->lock);
+uint64_t tw_rel_probe(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now) TW_REQUIRES(p->lock);
 
 /* Something is outstanding at @p due: make sure a pass looks then. Any
  * thread; may hold a peer's lock. */
@@ -310,6 +313,7 @@ static inline void tw_rel_arm(tw_rel_t *rel, uint64_t due)
 /* The exact time, read once per arrival (@p t); raises the peer's
  * latest reading. Lock held. */
 static inline uint64_t tw_rel_now(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_now_t *t)
+    TW_REQUIRES(p->lock)
 {
     if (!t->read) {
         t->read = true;

@@ -30,7 +30,7 @@
 /* Path @p g no longer reaches @p peer: for good (@p dead: its transport
  * said so) or until probes say otherwise. Lock held. */
 void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dead, const char *what,
-                      uint64_t now, tw_rel_deferred_t *todo)
+                      uint64_t now, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     uint8_t bit = (uint8_t)(1u << g);
     int was = tw_rel_cur_path(p);
@@ -70,7 +70,7 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
 
 /* The peer is gone: fail what we owe it, drop what it sent. Lock held. */
 void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *what,
-                      tw_rel_deferred_t *todo)
+                      tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     if (p->down) {
         return;
@@ -132,6 +132,7 @@ void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *wha
  * is healthy again, and carries the traffic if it comes first in routing
  * order (fail-back). Lock held. */
 void tw_rel_probe_answered(tw_rel_t *rel, tw_rel_peer_t *p, int peer, unsigned g)
+    TW_REQUIRES(p->lock)
 {
     uint8_t bit = (uint8_t)(1u << g);
 
@@ -151,7 +152,7 @@ void tw_rel_probe_answered(tw_rel_t *rel, tw_rel_peer_t *p, int peer, unsigned g
 /* Probe the peer's failed paths that are not dead, every TW_REL_PROBE.
  * Returns when the next probe is due (UINT64_MAX: nothing to probe).
  * Lock held. */
-uint64_t tw_rel_probe(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now)
+uint64_t tw_rel_probe(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now) TW_REQUIRES(p->lock)
 {
     uint8_t probing = p->paths_reach & (uint8_t)~p->paths_up & (uint8_t)~p->paths_dead;
 
@@ -181,7 +182,7 @@ void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why)
         return;
     }
     p = &rel->peers[peer];
-    pthread_mutex_lock(&p->lock);
+    tw_mutex_lock(&p->lock);
     if (!p->down) {
         uint8_t others = p->paths_up & p->paths_reach & (uint8_t) ~(1u << path->index);
         if (why == TW_OK && others == 0 && !p->left) {
@@ -200,6 +201,6 @@ void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why)
         tw_rel_path_lost(rel, p, peer, (int)path->index, why != TW_ERR_TRANSPORT,
                          why == TW_OK ? "it closed" : tw_strerror(why), rel->clock(), &todo);
     }
-    pthread_mutex_unlock(&p->lock);
+    tw_mutex_unlock(&p->lock);
     tw_rel_finish(rel, peer, &todo);
 }

@@ -47,7 +47,7 @@ static bool tw_rel_should_log(tw_rel_t *rel)
 
 /* Apply the ack fields of an arrival. Lock held. */
 static void tw_rel_ack_apply(tw_rel_t *rel, tw_rel_peer_t *p, const tw_rel_hdr_t *h,
-                             tw_rel_now_t *t, tw_rel_deferred_t *todo)
+                             tw_rel_now_t *t, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     uint32_t base = h->ack_base;
     bool news = false;
@@ -87,7 +87,7 @@ static void tw_rel_ack_apply(tw_rel_t *rel, tw_rel_peer_t *p, const tw_rel_hdr_t
 
 /* One more fragment to ack: now, or soon. Lock held. */
 static void tw_rel_ack_note(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
-                            uint64_t now)
+                            uint64_t now) TW_REQUIRES(p->lock)
 {
     /* A large message's sender waits for this ack to complete its send
      * (zero-copy): do not keep it waiting. Small ones wait for reverse
@@ -122,7 +122,7 @@ static tw_rel_held_t *tw_rel_held_new(tw_rel_t *rel, const tw_rel_hdr_t *h, size
 }
 
 /* Lock held. */
-static void tw_rel_dq_append(tw_rel_peer_t *p, tw_rel_held_t *d)
+static void tw_rel_dq_append(tw_rel_peer_t *p, tw_rel_held_t *d) TW_REQUIRES(p->lock)
 {
     d->next = NULL;
     if (p->dq_tail != NULL) {
@@ -139,6 +139,7 @@ static void tw_rel_dq_append(tw_rel_peer_t *p, tw_rel_held_t *d)
  * held; the caller advances rcv_nxt. */
 static void tw_rel_consume(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
                            const unsigned char *uhdr, const unsigned char *data, tw_rel_held_t *own)
+    TW_REQUIRES(p->lock)
 {
     if (h->frag == 0) {
         if (p->reasm != NULL) {
@@ -207,7 +208,7 @@ static bool tw_rel_may_deliver(const tw_rel_t *rel, uint8_t am_id)
 
 /* Become the peer's deliverer, or leave the work just queued to the one
  * there is (marked pending: it looks again before it leaves). Lock held. */
-static bool tw_rel_deliverer_enter(tw_rel_peer_t *p)
+static bool tw_rel_deliverer_enter(tw_rel_peer_t *p) TW_REQUIRES(p->lock)
 {
     unsigned cur = atomic_load_explicit(&p->dstate, memory_order_relaxed);
     unsigned want;
@@ -222,14 +223,14 @@ static bool tw_rel_deliverer_enter(tw_rel_peer_t *p)
 /* The deliverer leaves, everything queued handed up (tw_rel_drain
  * returned): whoever queued more did so under the lock, before the drain
  * saw the queues empty. Lock held. */
-static void tw_rel_deliverer_leave(tw_rel_peer_t *p)
+static void tw_rel_deliverer_leave(tw_rel_peer_t *p) TW_REQUIRES(p->lock)
 {
     atomic_store_explicit(&p->dstate, 0, memory_order_release);
 }
 
 /* Fragments are held past rcv_nxt, which is missing: NACK it, once per
  * gap. Lock held. */
-static void tw_rel_nack_gap(tw_rel_t *rel, tw_rel_peer_t *p, int peer)
+static void tw_rel_nack_gap(tw_rel_t *rel, tw_rel_peer_t *p, int peer) TW_REQUIRES(p->lock)
 {
     if (p->down || p->nooo == 0 || (p->nack_valid && p->nacked == p->rcv_nxt)) {
         return;
@@ -248,6 +249,7 @@ static void tw_rel_nack_gap(tw_rel_t *rel, tw_rel_peer_t *p, int peer)
 /* Hand up, in order, whatever is ready; the lock is dropped around each
  * upcall. Only the peer's deliverer runs this. Lock held. */
 static void tw_rel_drain(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now)
+    TW_REQUIRES(p->lock)
 {
     for (;;) {
         while (!p->down) {
@@ -286,20 +288,20 @@ static void tw_rel_drain(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now
             tw_debug("rel", "rank %d said goodbye", peer);
             if (!p->reported) {
                 p->reported = true;
-                pthread_mutex_unlock(&p->lock);
+                tw_mutex_unlock(&p->lock);
                 if (rel->super.peer_down != NULL) {
                     rel->super.peer_down(rel->super.peer_down_arg, peer, TW_OK);
                 }
-                pthread_mutex_lock(&p->lock);
+                tw_mutex_lock(&p->lock);
             }
             continue;
         }
         tw_rel_count(&p->n_delivered);
-        pthread_mutex_unlock(&p->lock);
+        tw_mutex_unlock(&p->lock);
         rel->super.recv(rel->super.recv_arg, peer, d->h.am_id, d->bytes, d->h.hdr_len,
                         d->bytes + d->h.hdr_len, d->h.msg_len);
         tw_rel_held_free(d);
-        pthread_mutex_lock(&p->lock);
+        tw_mutex_lock(&p->lock);
     }
 }
 
@@ -309,6 +311,7 @@ static void tw_rel_drain(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now
  * (tw_rel_deliverer_exit). Lock held (dropped while handing up others). */
 static bool tw_rel_data_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const tw_rel_hdr_t *h,
                                 const unsigned char *uhdr, const unsigned char *data, uint64_t now)
+    TW_REQUIRES(p->lock)
 {
     int32_t d = (int32_t)(h->seq - p->rcv_nxt);
 
@@ -382,11 +385,11 @@ static void tw_rel_deliverer_exit(tw_rel_t *rel, tw_rel_peer_t *p, int peer)
                                                 memory_order_relaxed)) {
         return;
     }
-    pthread_mutex_lock(&p->lock);
+    tw_mutex_lock(&p->lock);
     atomic_store_explicit(&p->dstate, TW_REL_DELIVERING, memory_order_relaxed); /* looking now */
     tw_rel_drain(rel, p, peer, p->clock_ns);
     tw_rel_deliverer_leave(p);
-    pthread_mutex_unlock(&p->lock);
+    tw_mutex_unlock(&p->lock);
 }
 
 /* An engine hands up what workers left to it (tw_rel_may_deliver said no:
@@ -398,14 +401,14 @@ int tw_rel_engine_drain(tw_rel_t *rel)
 
     for (int peer = 0; peer < rel->size; peer++) {
         tw_rel_peer_t *p = &rel->peers[peer];
-        pthread_mutex_lock(&p->lock);
+        tw_mutex_lock(&p->lock);
         if (p->engine_drain && tw_rel_deliverer_enter(p)) {
             p->engine_drain = false;
             tw_rel_drain(rel, p, peer, rel->clock());
             tw_rel_deliverer_leave(p);
             events++;
         }
-        pthread_mutex_unlock(&p->lock);
+        tw_mutex_unlock(&p->lock);
     }
     return events;
 }
@@ -429,12 +432,12 @@ static bool tw_rel_frame_accepted(tw_rel_t *rel, tw_rel_peer_t *p, int src, uint
         tw_debug("rel", "a frame from rank %d failed its checksum: dropped", src);
         /* Ask for what we lack at once (at most once per half RTO). */
         now = rel->clock();
-        pthread_mutex_lock(&p->lock);
+        tw_mutex_lock(&p->lock);
         if (!p->down && tw_rel_since(now, p->crc_nack_ns) >= rel->cfg.rto_ns / 2) {
             p->crc_nack_ns = now;
             (void)tw_rel_tx_ctrl(rel, p, src, TW_REL_T_NACK, -1, 0);
         }
-        pthread_mutex_unlock(&p->lock);
+        tw_mutex_unlock(&p->lock);
         return false;
     case TW_REL_PARSE_BAD:
         tw_stats_inc(rel->stats, TW_REL_STAT_BAD_FRAMES);
@@ -459,6 +462,7 @@ static bool tw_rel_frame_accepted(tw_rel_t *rel, tw_rel_peer_t *p, int src, uint
  * held. */
 static void tw_rel_ctrl_arrived(tw_rel_t *rel, tw_rel_peer_t *p, int src, const tw_rel_path_t *path,
                                 const tw_rel_hdr_t *h, uint64_t now, tw_rel_deferred_t *todo)
+    TW_REQUIRES(p->lock)
 {
     switch (h->type) {
     case TW_REL_T_NACK:
@@ -507,9 +511,9 @@ void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     if (!tw_rel_frame_accepted(rel, p, src, am_id, hdr, hdr_len, data, len, &h)) {
         return;
     }
-    pthread_mutex_lock(&p->lock);
+    tw_mutex_lock(&p->lock);
     if (p->down) {
-        pthread_mutex_unlock(&p->lock);
+        tw_mutex_unlock(&p->lock);
         tw_stats_inc(rel->stats, TW_REL_STAT_STALE);
         return;
     }
@@ -547,7 +551,7 @@ void tw_rel_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     } else if (up) {
         tw_rel_count(&p->n_delivered);
     }
-    pthread_mutex_unlock(&p->lock);
+    tw_mutex_unlock(&p->lock);
     tw_rel_finish(rel, src, &todo);
     if (up) {
         rel->super.recv(rel->super.recv_arg, src, h.am_id, uhdr, h.hdr_len, data, h.len);

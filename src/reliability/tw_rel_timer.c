@@ -62,7 +62,7 @@ void tw_rel_timer_at(tw_rel_t *rel, uint64_t due)
     if (due >= atomic_load_explicit(&rel->armed_at, memory_order_relaxed)) {
         return;
     }
-    pthread_mutex_lock(&rel->arm_lock);
+    tw_mutex_lock(&rel->arm_lock);
     if (due < atomic_load_explicit(&rel->armed_at, memory_order_relaxed)) {
         atomic_store_explicit(&rel->armed_at, due, memory_order_relaxed);
         due = TW_MAX(due, 1); /* 0 would disarm */
@@ -72,13 +72,13 @@ void tw_rel_timer_at(tw_rel_t *rel, uint64_t due)
             tw_warn("rel", "cannot set the timer: %s", strerror(errno));
         }
     }
-    pthread_mutex_unlock(&rel->arm_lock);
+    tw_mutex_unlock(&rel->arm_lock);
 }
 
 /* The peer's retransmission timer; returns the earliest deadline of the
  * fragments it looked at (UINT64_MAX: none). Lock held. */
 static uint64_t tw_rel_resend_due(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
-                                  int *events, tw_rel_deferred_t *todo)
+                                  int *events, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     uint64_t next = UINT64_MAX;
 
@@ -127,6 +127,7 @@ restart:;
 /* The delayed ack goes when due (and stays due if the path refused it).
  * Returns its deadline; UINT64_MAX: none. Lock held. */
 static uint64_t tw_rel_ack_due(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now, int *events)
+    TW_REQUIRES(p->lock)
 {
     if (p->ack_due == 0) {
         return UINT64_MAX;
@@ -144,7 +145,7 @@ static uint64_t tw_rel_ack_due(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64
  * TW_REL_MISSES times that has failed. Returns false when it failed it;
  * lowers *@p next_p to when to look again. Lock held. */
 static bool tw_rel_keepalive(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
-                             tw_rel_deferred_t *todo, uint64_t *next_p)
+                             tw_rel_deferred_t *todo, uint64_t *next_p) TW_REQUIRES(p->lock)
 {
     if (peer == rel->rank || p->left) {
         return true;
@@ -181,7 +182,7 @@ static bool tw_rel_keepalive(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t
 
 /* Timers of one peer; returns its next deadline. Lock held. */
 static uint64_t tw_rel_peer_tick(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
-                                 int *events, tw_rel_deferred_t *todo)
+                                 int *events, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     uint64_t next;
 
@@ -238,9 +239,9 @@ int tw_rel_timers(tw_rel_t *rel, bool check)
         if (p->paths_reach == 0) {
             continue;
         }
-        pthread_mutex_lock(&p->lock);
+        tw_mutex_lock(&p->lock);
         due = tw_rel_peer_tick(rel, p, peer, now, &events, &todo);
-        pthread_mutex_unlock(&p->lock);
+        tw_mutex_unlock(&p->lock);
         tw_rel_finish(rel, peer, &todo);
         if (due < next) {
             tw_rel_arm(rel, TW_MAX(due, now));

@@ -30,7 +30,7 @@
 
 /* The ack fields of a frame to the peer: what we hold of its fragments.
  * Lock held. */
-static void tw_rel_fill_ack(const tw_rel_peer_t *p, tw_rel_hdr_t *h)
+static void tw_rel_fill_ack(const tw_rel_peer_t *p, tw_rel_hdr_t *h) TW_REQUIRES(p->lock)
 {
     uint64_t bits = 0;
 
@@ -48,7 +48,7 @@ static void tw_rel_fill_ack(const tw_rel_peer_t *p, tw_rel_hdr_t *h)
 
 /* A long-form header of @p type for path @p path. Lock held. */
 static void tw_rel_hdr_init(const tw_rel_t *rel, const tw_rel_peer_t *p, tw_rel_hdr_t *h,
-                            uint8_t type, int path)
+                            uint8_t type, int path) TW_REQUIRES(p->lock)
 {
     memset(h, 0, sizeof(*h));
     h->version = TW_REL_VERSION;
@@ -59,11 +59,25 @@ static void tw_rel_hdr_init(const tw_rel_t *rel, const tw_rel_peer_t *p, tw_rel_
     tw_rel_fill_ack(p, h);
 }
 
+/* Every frame rel sends goes out here. Once rel is closing (its paths
+ * close under it, the engines stopped) nothing goes out: a failover or an
+ * ack triggered by what the paths complete as they close would reach a
+ * path that closes next -- or queue a command that outlives it. */
+static inline tw_status_t tw_rel_path_send(tw_rel_t *rel, int g, int peer, uint8_t am_id,
+                                           const void *hdr, size_t hdr_len, const void *data,
+                                           size_t len)
+{
+    if (TW_UNLIKELY(rel->super.closing)) {
+        return TW_OK; /* lost: destroy completes what waits for it */
+    }
+    return tw_tl_am_short(rel->paths[g].iface, peer, am_id, hdr, hdr_len, data, len);
+}
+
 /* A control frame on path @p g; -1: the path the peer's last frame came
  * in on when we think it healthy (so acks follow a peer that failed over
  * before we noticed anything), else our current one. Lock held. */
 tw_status_t tw_rel_tx_ctrl(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint8_t type, int g,
-                           uint32_t cookie)
+                           uint32_t cookie) TW_REQUIRES(p->lock)
 {
     tw_rel_hdr_t h;
     tw_status_t st;
@@ -77,7 +91,7 @@ tw_status_t tw_rel_tx_ctrl(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint8_t ty
     tw_rel_hdr_init(rel, p, &h, type, g);
     h.seq = cookie;
     h.crc = tw_rel_crc(&h, sizeof(h), NULL, 0);
-    st = tw_tl_am_short(rel->paths[g].iface, peer, tw_rel_am_of(type), &h, sizeof(h), NULL, 0);
+    st = tw_rel_path_send(rel, g, peer, tw_rel_am_of(type), &h, sizeof(h), NULL, 0);
     if (st == TW_OK) {
         p->ack_owed = 0;
         p->ack_due = 0;
@@ -96,7 +110,7 @@ tw_status_t tw_rel_tx_ctrl(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint8_t ty
  * wider loads than it was written with: store-forwarding stalls); the
  * transport copies the frame before it returns. Lock held. */
 static tw_status_t tw_rel_frame_tx(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_smsg_t *m,
-                                   uint32_t frag, uint32_t seq, int g)
+                                   uint32_t frag, uint32_t seq, int g) TW_REQUIRES(p->lock)
 {
     unsigned char *room = m->bytes + TW_REL_ROOM; /* the upper header; frame headers end here */
     size_t cap = rel->frag_cap, first = cap - m->hdr_len;
@@ -118,8 +132,7 @@ static tw_status_t tw_rel_frame_tx(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw
         f->ack_base = p->rcv_nxt;
         f->epochs = tw_rel_epochs(rel->epoch, p->epoch);
         f->crc = tw_rel_short_crc(f, sizeof(*f) + uh, payload, n);
-        return tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_SDATA, f, sizeof(*f) + uh,
-                              payload, n);
+        return tw_rel_path_send(rel, g, peer, TW_REL_AM_SDATA, f, sizeof(*f) + uh, payload, n);
     }
     tw_rel_hdr_t *f = (tw_rel_hdr_t *)(void *)(room - sizeof(*f));
     tw_rel_hdr_init(rel, p, f, TW_REL_T_DATA, g);
@@ -132,13 +145,12 @@ static tw_status_t tw_rel_frame_tx(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw
     f->offset = off;
     f->len = (uint32_t)n;
     f->crc = tw_rel_crc(f, sizeof(*f) + uh, payload, n);
-    return tw_tl_am_short(rel->paths[g].iface, peer, TW_REL_AM_DATA, f, sizeof(*f) + uh, payload,
-                          n);
+    return tw_rel_path_send(rel, g, peer, TW_REL_AM_DATA, f, sizeof(*f) + uh, payload, n);
 }
 
 /* Slot @p s just went out on path @p g: its timers. Lock held. */
 static inline void tw_rel_slot_sent(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot_t *s, int g,
-                                    uint64_t now)
+                                    uint64_t now) TW_REQUIRES(p->lock)
 {
     if (s->sent_ns == 0 || s->path != g) {
         s->first_ns = now;
@@ -162,7 +174,7 @@ static inline void tw_rel_slot_sent(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot
  * path, falling over to the next when a transport refuses for good.
  * Lock held. */
 tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_slot_t *s,
-                           uint32_t seq, uint64_t now, tw_rel_deferred_t *todo)
+                           uint32_t seq, uint64_t now, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     tw_status_t st;
     int g;
@@ -192,6 +204,7 @@ tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_slo
 /* The next fragment of the queue's head takes the next sequence number
  * and its slot in the window (which has room). Lock held. */
 static tw_rel_slot_t *tw_rel_slot_take(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_stamp_t stamp)
+    TW_REQUIRES(p->lock)
 {
     tw_rel_smsg_t *m = p->q_head;
     tw_rel_slot_t *s = &p->win[p->snd_nxt++ % TW_REL_WIN];
@@ -214,7 +227,7 @@ static tw_rel_slot_t *tw_rel_slot_take(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_s
 /* Move queued messages' fragments into the window while it has room.
  * Lock held. */
 void tw_rel_push(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now, tw_rel_stamp_t stamp,
-                 tw_rel_deferred_t *todo)
+                 tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
     while (p->q_head != NULL && !p->down && p->snd_nxt - p->snd_una < TW_REL_WIN) {
         uint32_t seq = p->snd_nxt;
@@ -260,6 +273,7 @@ static void tw_rel_smsg_fill(const tw_rel_t *rel, tw_rel_smsg_t *m, size_t alloc
  * TW_REL_QUEUE messages are unacknowledged (a goodbye is never refused
  * for that). Lock held. */
 static tw_status_t tw_rel_admit(const tw_rel_t *rel, const tw_rel_peer_t *p, bool bye)
+    TW_REQUIRES(p->lock)
 {
     if (p->down || (p->left && !bye)) {
         return TW_ERR_PEER_FAILED;
@@ -282,6 +296,7 @@ static tw_status_t tw_rel_admit(const tw_rel_t *rel, const tw_rel_peer_t *p, boo
  * and twice that. Every TW_REL_SAMPLE_EVERY-th such send still reads the
  * clock, for a round-trip sample. Lock held. */
 static inline tw_rel_stamp_t tw_rel_send_stamp(tw_rel_t *rel, tw_rel_peer_t *p, uint64_t *now_p)
+    TW_REQUIRES(p->lock)
 {
     bool empty = p->snd_una == p->snd_nxt;
     uint64_t now = p->clock_ns;
@@ -303,6 +318,7 @@ static inline tw_rel_stamp_t tw_rel_send_stamp(tw_rel_t *rel, tw_rel_peer_t *p, 
  * takes of it goes out. Lock held. */
 static inline void tw_rel_queue_and_send(tw_rel_t *rel, tw_rel_peer_t *p, int peer,
                                          tw_rel_smsg_t *m, tw_rel_deferred_t *todo)
+    TW_REQUIRES(p->lock)
 {
     /* A message in one fragment, with nothing queued before it and room
      * in the window, goes out first and takes its place in the queue and
@@ -357,7 +373,7 @@ tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr,
          * (at most TW_REL_SMALL bytes); checked before any allocation, so
          * a sender that retries against a stalled peer costs nothing. */
         alloc_len = sizeof(*m) + TW_REL_ROOM + TW_REL_SMALL;
-        pthread_mutex_lock(&p->lock);
+        tw_mutex_lock(&p->lock);
         st = tw_rel_admit(rel, p, bye);
         if (st == TW_OK && (m = p->pool) != NULL) {
             p->pool = m->next;
@@ -366,7 +382,7 @@ tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr,
             st = TW_ERR_NOMEM;
         }
         if (st != TW_OK) {
-            pthread_mutex_unlock(&p->lock);
+            tw_mutex_unlock(&p->lock);
             if (st == TW_ERR_AGAIN) {
                 tw_stats_inc(rel->stats, TW_REL_STAT_AGAIN);
             } else if (st == TW_ERR_NOMEM) {
@@ -381,13 +397,13 @@ tw_status_t tw_rel_post(tw_rel_t *rel, int peer, uint8_t am_id, const void *hdr,
             return TW_ERR_NOMEM;
         }
         tw_rel_smsg_fill(rel, m, alloc_len, am_id, hdr, hdr_len, data, len, copy, comp);
-        pthread_mutex_lock(&p->lock);
+        tw_mutex_lock(&p->lock);
         st = tw_rel_admit(rel, p, bye);
     }
     if (st == TW_OK) {
         tw_rel_queue_and_send(rel, p, peer, m, &todo);
     }
-    pthread_mutex_unlock(&p->lock);
+    tw_mutex_unlock(&p->lock);
     if (st != TW_OK) {
         if (st == TW_ERR_AGAIN) {
             tw_stats_inc(rel->stats, TW_REL_STAT_AGAIN);

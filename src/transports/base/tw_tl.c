@@ -222,6 +222,7 @@ tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
     iface->size = params->size;
     iface->inner = NULL;
     iface->ninner = 0;
+    iface->closing = false;
     tw_tl_iface_bind(iface, params);
     return TW_OK;
 }
@@ -238,6 +239,7 @@ void tw_tl_wrapper_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops, const tw_t
     iface->size = params->size;
     iface->inner = inner;
     iface->ninner = n;
+    iface->closing = false;
     tw_tl_iface_bind(iface, params);
 }
 
@@ -329,6 +331,7 @@ void tw_tl_close(tw_tl_iface_t *root)
 {
     /* The wrapper owns the array of its inner ifaces: close them first,
      * then the wrapper, which frees it. */
+    root->closing = true;
     for (unsigned i = 0; i < root->ninner; i++) {
         tw_tl_close(root->inner[i]);
     }

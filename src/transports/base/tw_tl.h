@@ -215,6 +215,11 @@ struct tw_tl_iface {
     /* A wrapper's inner ifaces (owned: closed with it); none for a transport. */
     tw_tl_iface_t *const *inner;
     unsigned ninner;
+    /* Set by tw_tl_close before the inner ifaces close (the engines have
+     * stopped): what they complete or report now must not make the
+     * wrapper send again -- a command queued to an engine would outlive
+     * the iface it names. Thread: the closer's. */
+    bool closing;
 };
 
 enum {
