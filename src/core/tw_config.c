@@ -42,7 +42,8 @@ static const tw_cfg_entry_t core_entries[] = {
     {.name = "TW_LOG_LEVEL",
      .type = TW_CFG_ENUM,
      .defval = "warn",
-     .help = "messages at this level and more severe are printed on stderr",
+     .help = "messages at this level and more severe are printed on stderr: error, warn, info, "
+             "debug, trace",
      .offset = offsetof(tw_core_cfg_t, log_level),
      .enum_names = log_level_names},
 };

@@ -44,8 +44,10 @@ static const tw_cfg_entry_t tw_rel_cfg_entries[] = {
     {.name = "TW_REL_RTO",
      .type = TW_CFG_DURATION,
      .defval = "2ms",
-     .help = "reliability: shortest retransmission timeout, and the first before a round trip is "
-             "measured (doubled per retry)",
+     .help = "reliability: shortest retransmission timeout (srtt + 4 rttvar, at least this), and "
+             "the first before a round trip is measured; doubled per retry up to TW_REL_RTO_MAX; "
+             "in manual progress the first timeout of a message sent into an empty window is "
+             "between one and two of it",
      .offset = offsetof(tw_rel_cfg_t, rto_ns)},
     {.name = "TW_REL_RTO_MAX",
      .type = TW_CFG_DURATION,
@@ -55,17 +57,23 @@ static const tw_cfg_entry_t tw_rel_cfg_entries[] = {
     {.name = "TW_REL_PATH_TIMEOUT",
      .type = TW_CFG_DURATION,
      .defval = "2s",
-     .help = "reliability: no ack progress this long (6 tries at least) fails a path",
+     .help = "reliability: a path to a peer fails when a fragment was tried 6 times and no ack "
+             "acknowledged anything new this long; its traffic moves to the next transport that "
+             "reaches the peer",
      .offset = offsetof(tw_rel_cfg_t, path_timeout_ns)},
     {.name = "TW_REL_ACK_DELAY",
      .type = TW_CFG_DURATION,
      .defval = "1ms",
-     .help = "reliability: longest wait before an ack of small messages goes alone",
+     .help = "reliability: longest wait before an ack of small messages goes alone (reverse "
+             "traffic carries acks; every 48th fragment, and the fragments of a message over 8 "
+             "KiB, are acked at once)",
      .offset = offsetof(tw_rel_cfg_t, ack_delay_ns)},
     {.name = "TW_REL_KEEPALIVE",
      .type = TW_CFG_DURATION,
      .defval = "1s",
-     .help = "reliability: ping a peer silent this long",
+     .help = "reliability: a silent peer is pinged this often; silent for TW_REL_KEEPALIVE x "
+             "TW_REL_MISSES, with TW_REL_MISSES - 1 pings unanswered, it has failed (in manual "
+             "mode, call tw_progress more often than that)",
      .offset = offsetof(tw_rel_cfg_t, keepalive_ns)},
     {.name = "TW_REL_MISSES",
      .type = TW_CFG_INT,
@@ -89,7 +97,8 @@ static const tw_cfg_entry_t tw_rel_cfg_entries[] = {
     {.name = "TW_REL_QUEUE",
      .type = TW_CFG_INT,
      .defval = "256",
-     .help = "reliability: unacknowledged messages per peer before sends return TW_ERR_AGAIN",
+     .help = "reliability: unacknowledged messages per peer before sends return TW_ERR_AGAIN (the "
+             "sender's memory bound)",
      .offset = offsetof(tw_rel_cfg_t, queue),
      .min = 1,
      .max = 1 << 20},

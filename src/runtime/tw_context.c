@@ -27,30 +27,37 @@ static const tw_cfg_entry_t tw_rt_cfg_entries[] = {
     {.name = "TW_TRANSPORTS",
      .type = TW_CFG_STRING,
      .defval = "",
-     .help = "comma-separated transports to use (self is always on); empty = every usable one",
+     .help =
+         "comma-separated transports (self, shm, verbs, tcp); self is always on; the first that "
+         "reaches a peer carries its traffic (shm, then verbs, then tcp), so TW_TRANSPORTS=tcp "
+         "forces TCP; verbs is opt-in (used only when named); empty = every usable one",
      .offset = offsetof(tw_rt_cfg_t, transports)},
     {.name = "TW_PROGRESS_THREADS",
      .type = TW_CFG_INT,
      .defval = "-1",
-     .help = "progress threads: -1 = one per CPU socket, 0 = manual (tw_progress), N = N",
+     .help = "progress threads: -1 = one per CPU socket (hwloc), 0 = manual mode (tw_progress), N "
+             "= exactly N",
      .offset = offsetof(tw_rt_cfg_t, progress_threads),
      .min = -1,
      .max = 64},
     {.name = "TW_WAIT_MODE",
      .type = TW_CFG_ENUM,
      .defval = "adaptive",
-     .help = "how progress threads and tw_cq_wait wait: adaptive|spin|block",
+     .help = "how progress threads and tw_cq_wait wait: adaptive (spin briefly, then sleep), spin, "
+             "block",
      .offset = offsetof(tw_rt_cfg_t, wait_mode),
      .enum_names = tw_wait_mode_names},
     {.name = "TW_RELIABLE",
      .type = TW_CFG_BOOL,
      .defval = "0",
-     .help = "reliability layer: checksums, acks, retransmission, failover (TW_REL_* tune it)",
+     .help = "reliability layer (src/reliability): sequence numbers, CRC32C, acks and nacks, "
+             "retransmission, failover between transports and fail-back, keepalive; TW_REL_* tune "
+             "it; every rank must agree",
      .offset = offsetof(tw_rt_cfg_t, reliable)},
     {.name = "TW_SPIN_TIME",
      .type = TW_CFG_DURATION,
      .defval = "50us",
-     .help = "adaptive waiting: how long to poll before sleeping (ns|us|ms|s)",
+     .help = "adaptive waiting: how long to poll before sleeping (ns, us, ms, s)",
      .offset = offsetof(tw_rt_cfg_t, spin_ns)},
     {.name = "TW_EAGER_LIMIT",
      .type = TW_CFG_SIZE,

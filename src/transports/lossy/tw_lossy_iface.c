@@ -43,17 +43,20 @@ static const tw_cfg_entry_t tw_lossy_cfg_entries[] = {
     {.name = "TW_FAULT",
      .type = TW_CFG_STRING,
      .defval = "",
-     .help = "fault injection (testing): e.g. drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=42",
+     .help = "testing: seeded fault injection on the transports (syntax in "
+             "src/transports/lossy/tw_fault.h), e.g. "
+             "drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=42 or tx.ack.drop=1 or "
+             "blackhole=200ms,blackhole_for=1s or blackhole_after=500 or kill=300ms",
      .offset = offsetof(tw_lossy_cfg_t, fault)},
     {.name = "TW_FAULT_ON",
      .type = TW_CFG_STRING,
      .defval = "",
-     .help = "transports TW_FAULT applies to (comma list); empty = every one",
+     .help = "testing: transports TW_FAULT applies to (comma list); empty = every one",
      .offset = offsetof(tw_lossy_cfg_t, on)},
     {.name = "TW_FAULT_RANKS",
      .type = TW_CFG_STRING,
      .defval = "",
-     .help = "ranks in which TW_FAULT applies (comma list); empty = every one",
+     .help = "testing: ranks in which TW_FAULT applies (comma list); empty = every one",
      .offset = offsetof(tw_lossy_cfg_t, ranks)},
 };
 

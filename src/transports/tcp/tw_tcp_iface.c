@@ -26,27 +26,31 @@ static const tw_cfg_entry_t tw_tcp_cfg_entries[] = {
     {.name = "TW_TCP_IF",
      .type = TW_CFG_STRING,
      .defval = "",
-     .help = "tcp transport: interfaces to listen on (comma list, e.g. eth0,ib0); empty = "
-             "loopback when every rank is on this node, else every non-loopback address",
+     .help =
+         "tcp transport: interfaces to listen on (comma list, e.g. eth0,ib0); empty = loopback "
+         "when every rank is on this node, else every non-loopback IPv4 and global IPv6 address",
      .offset = offsetof(tw_tcp_cfg_t, ifs)},
     {.name = "TW_TCP_AF",
      .type = TW_CFG_STRING,
      .defval = "inet,inet6",
-     .help = "tcp transport: address families to listen on and dial, in order of preference "
-             "(inet, inet6)",
+     .help = "tcp transport: address families to listen on and dial (inet, inet6), in order of "
+             "preference; a connect that fails tries the peer's next address",
      .offset = offsetof(tw_tcp_cfg_t, af)},
     {.name = "TW_TCP_TIMEOUT",
      .type = TW_CFG_DURATION,
      .defval = "10s",
-     .help = "tcp transport: a peer silent (or its data unacknowledged) this long has failed "
-             "(TCP_USER_TIMEOUT, keepalive, PING on idle connections); 0 = never",
+     .help = "tcp transport: a peer whose data stays unacknowledged (TCP_USER_TIMEOUT, keepalive) "
+             "or, if it runs progress threads, that is silent this long has failed; idle "
+             "connections carry a PING every quarter of it; detection takes at most 1.125 x the "
+             "larger of the two ranks' values; a handshake with a rank in manual mode may take "
+             "this long (others get 2 s); 0 = never",
      .offset = offsetof(tw_tcp_cfg_t, timeout_ns),
      .max = 3600ull * 1000 * 1000 * 1000},
     {.name = "TW_TCP_THREADS",
      .type = TW_CFG_INT,
      .defval = "-1",
-     .help = "tcp transport: lanes (event bases, each with its progress engine) carrying the "
-             "connections; -1 = one per CPU socket (one in manual mode)",
+     .help = "tcp transport: lanes (a libevent base and progress engine each; rank p's connection "
+             "lives on lane p mod lanes); -1 = one per CPU socket (one in manual mode)",
      .offset = offsetof(tw_tcp_cfg_t, threads),
      .min = -1,
      .max = TW_TCP_MAX_LANES},

@@ -15,8 +15,9 @@ static const tw_cfg_entry_t tw_verbs_cfg_entries[] = {
     {.name = "TW_VERBS_DEVICES",
      .type = TW_CFG_STRING,
      .defval = "",
-     .help = "verbs transport: RDMA devices to use (comma list of name or name:port, e.g. "
-             "mlx5_0:1,rxe0); empty = every device with an active port",
+     .help = "verbs transport (opt-in: name it in TW_TRANSPORTS): RDMA devices to use (comma list "
+             "of name or name:port, e.g. mlx5_0:1,rxe0); empty = every device with an active port; "
+             "ranks a and b talk through device (a + b) mod devices on both sides (a rail)",
      .offset = offsetof(tw_verbs_cfg_t, devices)},
     {.name = "TW_VERBS_GID_INDEX",
      .type = TW_CFG_INT,
@@ -29,8 +30,8 @@ static const tw_cfg_entry_t tw_verbs_cfg_entries[] = {
     {.name = "TW_VERBS_RX_DEPTH",
      .type = TW_CFG_UINT64,
      .defval = "512",
-     .help = "verbs transport: receive buffers (9 KiB each) posted to each device's shared "
-             "receive queue; refilled when a quarter is used",
+     .help = "verbs transport: 9 KiB receive buffers in each device's shared receive queue, "
+             "refilled when a quarter is used (senders wait on receiver-not-ready, never fail)",
      .offset = offsetof(tw_verbs_cfg_t, rx_depth),
      .min = 64,
      .max = 65536},
@@ -45,9 +46,10 @@ static const tw_cfg_entry_t tw_verbs_cfg_entries[] = {
     {.name = "TW_VERBS_TIMEOUT",
      .type = TW_CFG_DURATION,
      .defval = "10s",
-     .help = "verbs transport: a connection not set up within this long, or a connected peer "
-             "that runs progress threads and stays silent this long (PINGed over UD every "
-             "quarter of it), has failed; 0 = never",
+     .help = "verbs transport: a connection not set up within this long (requests retransmitted "
+             "over UD meanwhile), or a connected peer that runs progress threads and stays silent "
+             "this long (PINGed over UD every quarter of it), has failed; a peer that dies with "
+             "our work requests in flight fails sooner (the QP's retries, about 2 s); 0 = never",
      .offset = offsetof(tw_verbs_cfg_t, conn_timeout_ns),
      .max = 3600ull * 1000 * 1000 * 1000},
     {.name = "TW_VERBS_TD",
