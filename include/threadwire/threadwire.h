@@ -122,10 +122,12 @@ TW_API void tw_config_init(tw_config_t *cfg);
  * @param cfg   configuration, or NULL for the defaults.
  * @param ctx_p receives the context on success (untouched otherwise).
  * @return TW_OK;
- *   TW_ERR_INVALID: NULL ctx_p, a bad cfg field, or a TW_* variable with a
- *     bad value (the log names it) — fix the configuration;
- *   TW_ERR_UNSUPPORTED: a requested feature or transport is not built, or
- *     twrun started several processes (this release joins jobs of one);
+ *   TW_ERR_INVALID: NULL ctx_p, a bad cfg field, a TW_* variable with a
+ *     bad value (the log names it), or ranks that disagree on a layer
+ *     every rank must run (reliability on some ranks only) — fix the
+ *     configuration;
+ *   TW_ERR_UNSUPPORTED: a requested feature or transport is not built or
+ *     not usable here (the log says why);
  *   TW_ERR_BOOTSTRAP: another launcher started several processes
  *     (SLURM_STEP_NUM_TASKS, PMI_SIZE or OMPI_COMM_WORLD_SIZE > 1), or
  *     twrun's variables do not add up or its socket cannot be reached;
