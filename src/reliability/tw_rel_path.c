@@ -28,7 +28,9 @@
 #include "reliability/tw_rel_int.h"
 
 /* Path @p g no longer reaches @p peer: for good (@p dead: its transport
- * said so) or until probes say otherwise. Lock held. */
+ * said so) or until probes say otherwise. @p what NULL: the peer closed it
+ * cleanly -- it is leaving (finalize closes its paths after its goodbye),
+ * so what is left moves to another path without a warning. Lock held. */
 void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dead, const char *what,
                       uint64_t now, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock)
 {
@@ -44,15 +46,20 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
     p->paths_up &= (uint8_t)~bit;
     p->probe_ok[g] = 0;
     if (tw_rel_cur_path(p) < 0) {
-        tw_rel_peer_fail(rel, p, peer, what, todo);
+        tw_rel_peer_fail(rel, p, peer, what != NULL ? what : "it closed", todo);
         return;
     }
     if (was != g) {
         return; /* a standby path: nothing went over it */
     }
     tw_stats_inc(rel->stats, TW_REL_STAT_FAILOVERS);
-    tw_warn("rel", "path %s to rank %d failed (%s): failing over to %s", rel->paths[g].iface->name,
-            peer, what, rel->paths[tw_rel_cur_path(p)].iface->name);
+    if (what == NULL) {
+        tw_debug("rel", "path %s to rank %d closed (it is leaving): %s carries what is left",
+                 rel->paths[g].iface->name, peer, rel->paths[tw_rel_cur_path(p)].iface->name);
+    } else {
+        tw_warn("rel", "path %s to rank %d failed (%s): failing over to %s",
+                rel->paths[g].iface->name, peer, what, rel->paths[tw_rel_cur_path(p)].iface->name);
+    }
     /* Everything unacked goes again, at once, on the next path. */
     for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
         tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
@@ -199,7 +206,7 @@ void tw_rel_peer_down_cb(void *arg, int peer, tw_status_t why)
          * fail over and probe it; the transport takes sends again once it
          * is back, and the probes' answers bring the traffic back. */
         tw_rel_path_lost(rel, p, peer, (int)path->index, why != TW_ERR_TRANSPORT,
-                         why == TW_OK ? "it closed" : tw_strerror(why), rel->clock(), &todo);
+                         why == TW_OK ? NULL : tw_strerror(why), rel->clock(), &todo);
     }
     tw_mutex_unlock(&p->lock);
     tw_rel_finish(rel, peer, &todo);

@@ -18,7 +18,7 @@ done
 grep -qE "verbs  (unavailable \(.+\)|available .*opt-in)" <<<"$out" || { echo "no reason for verbs:"; echo "$out"; exit 1; }
 grep -q "lossy  available" <<<"$out" || { echo "lossy not listed:"; echo "$out"; exit 1; }
 grep -q "tcp    available" <<<"$out" || { echo "tcp not available:"; echo "$out"; exit 1; }
-if grep -q "tcp .*opt-in" <<<"$out"; then echo "tcp shown as opt-in:"; echo "$out"; exit 1; fi
+if grep -q "^  tcp .*opt-in" <<<"$out"; then echo "tcp shown as opt-in:"; echo "$out"; exit 1; fi
 verbose=$("$1" -v 2>&1)
 grep -q "value:" <<<"$verbose" || { echo "tw_info -v lacks the value lines"; exit 1; }
 echo "tw_info: ok"
