@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * The shared-memory transport (tw_shm.c explains the design): its
+ * The shared-memory transport (README.md gives the overview): its
  * tunables and the hooks tests use to break it on purpose.
  */
 #ifndef TW_SHM_H
