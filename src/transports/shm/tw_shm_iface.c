@@ -89,9 +89,10 @@ static void tw_shm_wake_name(const tw_shm_iface_t *shm, pid_t pid, struct sockad
 
 static tw_status_t tw_shm_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p);
 static void tw_shm_iface_close(tw_tl_iface_t *iface);
-static tw_status_t tw_shm_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p);
-static tw_status_t tw_shm_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr,
-                                       size_t len);
+static tw_status_t tw_shm_iface_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap,
+                                          size_t *len_p);
+static tw_status_t tw_shm_iface_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr,
+                                             size_t len);
 static void tw_shm_ready(tw_tl_iface_t *iface);
 
 static bool tw_shm_reachable(tw_tl_iface_t *iface, int peer)
@@ -109,8 +110,8 @@ const tw_tl_ops_t tw_shm_ops = {
     .wrap_open = tw_tl_stub_wrap_open,
     .iface_close = tw_shm_iface_close,
     .bind = tw_tl_iface_bind,
-    .addr_pack = tw_shm_addr_pack,
-    .addr_connect = tw_shm_addr_connect,
+    .addr_pack = tw_shm_iface_addr_pack,
+    .addr_connect = tw_shm_iface_addr_connect,
     .ready = tw_shm_ready,
     .quiesce = tw_tl_noop_quiesce,
     .reachable = tw_shm_reachable,
@@ -127,15 +128,6 @@ const tw_tl_ops_t tw_shm_ops = {
 };
 
 /* ---- open ------------------------------------------------------------- */
-
-static void tw_shm_ring_init(tw_shm_ring_hdr_t *ring, unsigned ncells)
-{
-    atomic_init(&ring->tail, 0);
-    atomic_init(&ring->want_wake, 0);
-    for (unsigned i = 0; i < ncells; i++) {
-        atomic_init(&tw_shm_cell(ring, ncells, i)->seq, i);
-    }
-}
 
 /* The iface with its base and lock; nothing else acquired yet.
  * On failure nothing is left to release. */
@@ -224,22 +216,11 @@ static tw_status_t tw_shm_open_segment(tw_shm_iface_t *shm, const tw_tl_params_t
         return st;
     }
     shm->hdr = shm->seg.base;
-    shm->hdr->magic = TW_SHM_MAGIC;
-    shm->hdr->version = TW_SHM_VERSION;
-    shm->hdr->nlocal = shm->nlocal;
-    shm->hdr->ncells = shm->ncells;
-    shm->hdr->cell_size = TW_SHM_CELL_SIZE;
-    shm->hdr->owner_local = shm->local_rank;
-    shm->hdr->owner_pid = (uint32_t)getpid();
-    shm->hdr->key_crc = shm->key_crc;
-    atomic_init(&shm->hdr->state, TW_SHM_SEG_LIVE);
-    atomic_init(&shm->hdr->sleeping, 0);
-    for (unsigned from = 0; from < shm->nlocal; from++) {
-        if (from != shm->local_rank) {
-            tw_shm_ring_init(tw_shm_ring(shm->seg.base, shm->ncells, from, shm->local_rank),
-                             shm->ncells);
-        }
-    }
+    tw_shm_seg_format(shm->seg.base, &(tw_shm_seg_id_t){.nlocal = shm->nlocal,
+                                                        .ncells = shm->ncells,
+                                                        .owner_local = shm->local_rank,
+                                                        .owner_pid = (uint32_t)getpid(),
+                                                        .key_crc = shm->key_crc});
     return TW_OK;
 }
 
@@ -294,41 +275,65 @@ static tw_status_t tw_shm_iface_open(const tw_tl_params_t *params, tw_tl_iface_t
 
 /* ---- address exchange ----------------------------------------------------- */
 
-static tw_status_t tw_shm_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_t *len_p)
+static tw_status_t tw_shm_iface_addr_pack(tw_tl_iface_t *iface, void *buf, size_t cap,
+                                          size_t *len_p)
 {
     tw_shm_iface_t *shm = (tw_shm_iface_t *)iface;
-    tw_shm_addr_t a = {.magic = (uint32_t)TW_SHM_MAGIC,
-                       .local_rank = shm->local_rank,
-                       .pid = (uint32_t)getpid(),
-                       .ncells = shm->ncells};
+    tw_shm_addr_t a = {
+        .local_rank = shm->local_rank, .pid = (uint32_t)getpid(), .ncells = shm->ncells};
 
-    if (cap < sizeof(a)) {
+    if (cap < TW_SHM_ADDR_LEN) {
         return TW_ERR_INVALID;
     }
     snprintf(a.seg, sizeof(a.seg), "%s", shm->seg.name);
     snprintf(a.node, sizeof(a.node), "%s", shm->node);
-    memcpy(buf, &a, sizeof(a));
-    *len_p = sizeof(a);
+    tw_shm_addr_pack(&a, buf);
+    *len_p = TW_SHM_ADDR_LEN;
     return TW_OK;
 }
 
-static tw_status_t tw_shm_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len)
+/* Attach to the segment @p a names and check that it is what @p a says. */
+static tw_status_t tw_shm_attach(tw_shm_iface_t *shm, int peer, const tw_shm_addr_t *a)
+{
+    tw_shm_peer_t *p = &shm->peers[peer];
+    const char *why = NULL;
+    tw_status_t st;
+
+    st = tw_seg_attach(a->seg, tw_shm_seg_size(shm->nlocal, shm->ncells), &p->seg);
+    if (st != TW_OK) {
+        return st;
+    }
+    st = tw_shm_seg_check(p->seg.base, p->seg.size,
+                          &(tw_shm_seg_id_t){.nlocal = shm->nlocal,
+                                             .ncells = shm->ncells,
+                                             .owner_local = a->local_rank,
+                                             .owner_pid = a->pid,
+                                             .key_crc = shm->key_crc},
+                          &why);
+    if (st != TW_OK) {
+        tw_error("shm", "segment %s of rank %d does not match its address: %s", a->seg, peer, why);
+        tw_seg_detach(&p->seg);
+        return TW_ERR_PROTOCOL;
+    }
+    return TW_OK;
+}
+
+static tw_status_t tw_shm_iface_addr_connect(tw_tl_iface_t *iface, int peer, const void *addr,
+                                             size_t len)
 {
     tw_shm_iface_t *shm = (tw_shm_iface_t *)iface;
     tw_shm_peer_t *p = &shm->peers[peer];
     tw_shm_seg_hdr_t *h;
+    const char *why = NULL;
     tw_shm_addr_t a;
     tw_status_t st;
 
-    if (len != sizeof(a)) {
-        tw_error("shm", "rank %d published a %zu-byte shm address (want %zu)", peer, len,
-                 sizeof(a));
+    if (tw_shm_addr_parse(addr, len, &a, &why) != TW_OK) {
+        tw_error("shm", "rank %d published a malformed shm address (%zu bytes): %s", peer, len,
+                 why);
         return TW_ERR_PROTOCOL;
     }
-    memcpy(&a, addr, sizeof(a));
-    a.seg[sizeof(a.seg) - 1] = '\0';
-    a.node[sizeof(a.node) - 1] = '\0';
-    if (a.magic != (uint32_t)TW_SHM_MAGIC || strcmp(a.node, shm->node) != 0) {
+    if (strcmp(a.node, shm->node) != 0) {
         return TW_OK; /* another node: not ours to reach */
     }
     if (a.local_rank >= shm->nlocal || a.local_rank == shm->local_rank || a.ncells != shm->ncells) {
@@ -338,19 +343,11 @@ static tw_status_t tw_shm_addr_connect(tw_tl_iface_t *iface, int peer, const voi
                  peer, a.local_rank, shm->nlocal, a.ncells, shm->local_rank, shm->ncells);
         return TW_ERR_PROTOCOL;
     }
-    st = tw_seg_attach(a.seg, tw_shm_seg_size(shm->nlocal, shm->ncells), &p->seg);
+    st = tw_shm_attach(shm, peer, &a);
     if (st != TW_OK) {
         return st;
     }
     h = p->seg.base;
-    if (h->magic != TW_SHM_MAGIC || h->version != TW_SHM_VERSION || h->nlocal != shm->nlocal ||
-        h->ncells != shm->ncells || h->cell_size != TW_SHM_CELL_SIZE ||
-        h->owner_local != a.local_rank || h->owner_pid != a.pid || h->key_crc != shm->key_crc) {
-        tw_error("shm", "segment %s of rank %d does not match its address (layout or job)", a.seg,
-                 peer);
-        tw_seg_detach(&p->seg);
-        return TW_ERR_PROTOCOL;
-    }
     p->rank = peer;
     p->local = (int)a.local_rank;
     p->pid = (pid_t)a.pid;

@@ -110,7 +110,7 @@ typedef struct tw_shm_iface {
     tw_seg_t seg; /* ours: inbound rings */
     tw_shm_seg_hdr_t *hdr;
     unsigned nlocal, local_rank, ncells;
-    char node[64];
+    char node[TW_SHM_NODE_MAX];
     uint32_t key_crc;
     int wake_fd;
     tw_shm_peer_t *peers; /* [size]; unused for our own rank */

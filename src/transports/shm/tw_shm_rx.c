@@ -13,10 +13,9 @@
  * robustness, not secrecy: whatever a buggy or crashed peer leaves in its
  * ring must not make us read or write outside our buffers. At the head
  * the sequence word must be head (empty) or head + 1 (ready); anything
- * else is corruption. A cell's fields are read once into locals and its
- * type, lengths and ids are checked before use; ids name entries of our
- * own tables and carry a generation, and a DATA cell must fit the pull it
- * feeds. A violation
+ * else is corruption. A cell is read once and its shape checked
+ * (tw_shm_cell_parse); its ids name entries of our own tables and carry a
+ * generation, and a DATA cell must fit the pull it feeds. A violation
  * fails that peer only: its ring is no longer read, its operations
  * complete with TW_ERR_PEER_FAILED, the layer above is told.
  *
@@ -330,84 +329,81 @@ static void tw_shm_rx_data(tw_shm_iface_t *shm, int src, uint64_t rid, uint64_t 
 
 enum { TW_SHM_RX_BAD, TW_SHM_RX_DONE, TW_SHM_RX_STOP };
 
-/* Handle one published cell: DONE, BAD (corrupt: the caller fails the
- * peer), or STOP (@p inline_only and the cell must go to the engine: an
- * arrival whose am id runs user code). */
-static int tw_shm_rx_cell(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_cell_t *c,
-                          bool inline_only)
+/* A rendezvous announced by @p p: its handle goes to the layer above. */
+static int tw_shm_rx_rts(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_cell_view_t *v)
 {
-    /* Read every field once: the peer may still scribble on it. */
-    uint8_t type = c->type, am_id = c->am_id;
-    size_t hdr_len = c->hdr_len, len = c->len;
-    uint64_t a0 = c->a0, a1 = c->a1, a2 = c->a2;
-    bool bad = false;
+    tw_tl_rndv_t *h = tw_malloc(sizeof(*h));
 
-    if (type == 0 || type >= TW_SHM_TYPE_MAX || len > TW_SHM_CELL_DATA || hdr_len > len) {
+    if (h == NULL) {
+        tw_error("shm", "out of memory taking a rendezvous from rank %d", p->rank);
         return TW_SHM_RX_BAD;
     }
-    if (inline_only && (type == TW_SHM_EAGER || type == TW_SHM_RTS) &&
-        (am_id >= 64 || (shm->super.inline_am_ids & (1ull << am_id)) == 0)) {
+    *h = (tw_tl_rndv_t){.peer = p->rank, .raddr = v->a0, .len = v->a1, .sid = v->a2};
+    h->next = shm->handles.next;
+    h->prev = &shm->handles;
+    h->next->prev = h;
+    shm->handles.next = h;
+    tw_stats_inc(shm->super.stats, TW_TL_STAT_RX_MSGS);
+    shm->super.recv_rndv(shm->super.recv_arg, p->rank, v->am_id, v->data, v->hdr_len, v->a1, h);
+    return TW_SHM_RX_DONE;
+}
+
+/* The receiver wants a0 bytes of send a2: push them (a1 names its pull). */
+static int tw_shm_rx_cts(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_cell_view_t *v)
+{
+    tw_shm_send_t *s;
+    const void *addr = NULL;
+    bool ok;
+
+    pthread_mutex_lock(&shm->send_lock);
+    s = tw_shm_send_find(shm, v->a2, p->rank);
+    ok = s != NULL && v->a0 <= s->len;
+    if (ok) {
+        addr = s->addr;
+    }
+    pthread_mutex_unlock(&shm->send_lock);
+    if (!ok) {
+        return TW_SHM_RX_BAD;
+    }
+    tw_shm_job_add(shm, p->rank, TW_SHM_DATA, 0, v->a1, v->a2, addr, v->a0);
+    return TW_SHM_RX_DONE;
+}
+
+/* Handle one published cell: DONE, BAD (corrupt: the caller fails the
+ * peer; *@p why says why when the cell's shape is wrong), or STOP
+ * (@p inline_only and the cell must go to the engine: an arrival whose am
+ * id runs user code). */
+static int tw_shm_rx_cell(tw_shm_iface_t *shm, tw_shm_peer_t *p, const tw_shm_cell_t *c,
+                          bool inline_only, const char **why)
+{
+    tw_shm_cell_view_t v;
+    bool bad = false;
+
+    if (tw_shm_cell_parse(c, &v, why) != TW_OK) {
+        return TW_SHM_RX_BAD;
+    }
+    if (inline_only && (v.type == TW_SHM_EAGER || v.type == TW_SHM_RTS) &&
+        (v.am_id >= 64 || (shm->super.inline_am_ids & (1ull << v.am_id)) == 0)) {
         return TW_SHM_RX_STOP;
     }
-    switch (type) {
+    switch (v.type) {
     case TW_SHM_EAGER:
         tw_stats_inc(shm->super.stats, TW_TL_STAT_RX_MSGS);
-        tw_stats_add(shm->super.stats, TW_TL_STAT_RX_BYTES, len - hdr_len);
-        shm->super.recv(shm->super.recv_arg, p->rank, am_id, c->data, hdr_len, c->data + hdr_len,
-                        len - hdr_len);
+        tw_stats_add(shm->super.stats, TW_TL_STAT_RX_BYTES, v.len - v.hdr_len);
+        shm->super.recv(shm->super.recv_arg, p->rank, v.am_id, v.data, v.hdr_len,
+                        v.data + v.hdr_len, v.len - v.hdr_len);
         return TW_SHM_RX_DONE;
-    case TW_SHM_RTS: {
-        tw_tl_rndv_t *h;
-        if (hdr_len != len || a1 > TW_SHM_MAX_MSG) {
-            return TW_SHM_RX_BAD;
-        }
-        h = tw_malloc(sizeof(*h));
-        if (h == NULL) {
-            tw_error("shm", "out of memory taking a rendezvous from rank %d", p->rank);
-            return TW_SHM_RX_BAD;
-        }
-        *h = (tw_tl_rndv_t){.peer = p->rank, .raddr = a0, .len = a1, .sid = a2};
-        h->next = shm->handles.next;
-        h->prev = &shm->handles;
-        h->next->prev = h;
-        shm->handles.next = h;
-        tw_stats_inc(shm->super.stats, TW_TL_STAT_RX_MSGS);
-        shm->super.recv_rndv(shm->super.recv_arg, p->rank, am_id, c->data, hdr_len, a1, h);
-        return TW_SHM_RX_DONE;
-    }
+    case TW_SHM_RTS:
+        return tw_shm_rx_rts(shm, p, &v);
     case TW_SHM_FIN:
-        if (len != 0) {
-            return TW_SHM_RX_BAD;
-        }
         /* a0 != 0: the receiver could not take it. */
-        return tw_shm_send_complete(shm, a2, p->rank, a0 == 0 ? TW_OK : TW_ERR_NOMEM)
+        return tw_shm_send_complete(shm, v.a2, p->rank, v.a0 == 0 ? TW_OK : TW_ERR_NOMEM)
                    ? TW_SHM_RX_DONE
                    : TW_SHM_RX_BAD;
-    case TW_SHM_CTS: {
-        tw_shm_send_t *s;
-        const void *addr = NULL;
-        bool ok;
-        if (len != 0) {
-            return TW_SHM_RX_BAD;
-        }
-        pthread_mutex_lock(&shm->send_lock);
-        s = tw_shm_send_find(shm, a2, p->rank);
-        ok = s != NULL && a0 <= s->len;
-        if (ok) {
-            addr = s->addr;
-        }
-        pthread_mutex_unlock(&shm->send_lock);
-        if (!ok) {
-            return TW_SHM_RX_BAD;
-        }
-        tw_shm_job_add(shm, p->rank, TW_SHM_DATA, 0, a1, a2, addr, a0);
-        return TW_SHM_RX_DONE;
-    }
+    case TW_SHM_CTS:
+        return tw_shm_rx_cts(shm, p, &v);
     case TW_SHM_DATA:
-        if (hdr_len != 0) {
-            return TW_SHM_RX_BAD;
-        }
-        tw_shm_rx_data(shm, p->rank, a1, a0, c->data, len, &bad);
+        tw_shm_rx_data(shm, p->rank, v.a1, v.a0, v.data, v.len, &bad);
         return bad ? TW_SHM_RX_BAD : TW_SHM_RX_DONE;
     default:
         return TW_SHM_RX_BAD;
@@ -430,12 +426,13 @@ static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p, bool inline_onl
             tw_shm_fail_peer(shm, p->rank, "corrupt ring (sequence word)");
             break;
         }
-        int rc = tw_shm_rx_cell(shm, p, c, inline_only);
+        const char *why = "corrupt or unexpected ring cell";
+        int rc = tw_shm_rx_cell(shm, p, c, inline_only, &why);
         if (rc == TW_SHM_RX_STOP) {
             break; /* the engine takes it, in order */
         }
         if (rc == TW_SHM_RX_BAD) {
-            tw_shm_fail_peer(shm, p->rank, "corrupt or unexpected ring cell");
+            tw_shm_fail_peer(shm, p->rank, why);
             break;
         }
         atomic_store_explicit(&c->seq, head + shm->ncells, memory_order_release);

@@ -34,9 +34,6 @@
 #include "core/tw_mem.h"
 #include "transports/shm/tw_shm_int.h"
 
-static const char *const tw_shm_type_names[TW_SHM_TYPE_MAX] = {"?",   "EAGER", "RTS",
-                                                               "CTS", "FIN",   "DATA"};
-
 /* ---- producing --------------------------------------------------------- */
 
 /* Claim the next free cell of @p ring, or NULL when full. The consumer is
@@ -269,7 +266,7 @@ void tw_shm_job_add(tw_shm_iface_t *shm, int peer, uint8_t type, uint64_t a0, ui
     j = tw_malloc(sizeof(*j));
     if (j == NULL) {
         /* Without it the peer's operation would hang: fail the peer. */
-        tw_error("shm", "out of memory queuing a %s to rank %d", tw_shm_type_names[type], peer);
+        tw_error("shm", "out of memory queuing a %s to rank %d", tw_shm_cell_type_name(type), peer);
         tw_shm_fail_peer(shm, peer, "out of memory");
         return;
     }
