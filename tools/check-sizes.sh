@@ -5,7 +5,7 @@
 # Sizes the house style sets: no source file of the library or its tools
 # over 1,000 lines, no function over 120 (a body runs from a `{` alone at
 # the start of a line to the next `}` alone there -- clang-format puts a
-# function's braces so, and nothing else).
+# function's braces so, and nothing else). A lint test (repo_sizes).
 #   tools/check-sizes.sh [--report]    --report: the ten largest of each
 set -euo pipefail
 cd "$(dirname "$0")/.."
