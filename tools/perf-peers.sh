@@ -6,8 +6,14 @@
 # ratios hold on a shared, noisy machine. Each measurement runs REPS times
 # (default 5) at high priority in its own autogroup, alternating peers and
 # threadwire; the table shows medians and threadwire / peer.
-#   tools/perf-peers.sh shm|tcp|verbs [BUILD_DIR]   (default build/release)
+#   tools/perf-peers.sh shm|tcp|verbs [BUILD_DIR [BASE_BUILD_DIR]]
 #   tools/perf-shm.sh, tools/perf-tcp.sh, tools/perf-verbs.sh (one transport each)
+# BUILD_DIR defaults to build/release. With BASE_BUILD_DIR (another commit's
+# Release build: git worktree add /tmp/tw-base <commit>; cmake -S /tmp/tw-base
+# -B /tmp/tw-base/build -G Ninja -DCMAKE_BUILD_TYPE=Release; ninja -C
+# /tmp/tw-base/build tw_perf twrun), each rep also runs every threadwire row
+# on that build, alternating, and the table adds its medians, new/base, and
+# the spread of each build's runs ((max - min) / median).
 #   shm  twrun -n 2 tw_perf (shm)   beside ucx_perftest, UCX_TLS=sm
 #   tcp  TW_TRANSPORTS=tcp twrun -n 2 tw_perf   beside ucx_perftest, UCX_TLS=tcp
 #        and UCX_NET_DEVICES=lo, and Open MPI's tcp BTL on lo running
@@ -24,17 +30,18 @@
 # 1.5 min (tcp) at REPS=5 on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { echo "usage: tools/perf-peers.sh shm|tcp|verbs [BUILD_DIR]   (REPS=N, default 5)" >&2; exit 2; }
+usage() { echo "usage: tools/perf-peers.sh shm|tcp|verbs [BUILD_DIR [BASE_BUILD_DIR]]   (REPS=N, default 5)" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 transport=$1
 build=${2:-build/release}
+base=${3:-}
 reps=${REPS:-5}
-twrun=$build/tools/twrun
-perf=$build/tools/tw_perf
-if [ ! -x "$perf" ] || [ ! -x "$twrun" ]; then
-  echo "build $build first (cmake --build $build --target tw_perf twrun)"
-  exit 2
-fi
+for b in "$build" ${base:+"$base"}; do
+  if [ ! -x "$b/tools/tw_perf" ] || [ ! -x "$b/tools/twrun" ]; then
+    echo "build $b first (cmake --build $b --target tw_perf twrun)"
+    exit 2
+  fi
+done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/perf-peers.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 log=$tmp/log   # output of a failed run, echoed to stderr
@@ -177,20 +184,20 @@ ompi() {
   esac
   [ -n "$row" ] || fail "mpirun mpi_pingpong ${ompi_args[$1]}"
 }
-# tw KIND OPTIONS...: tw_perf, 2 processes, one per CPU like the peers
-# (twrun --bind core); the value from the 'all' row of
-# its CSV: test,size,threads,thread,iters,warmup,window,median,avg,min,max,bw,rate.
+# tw BUILD KIND OPTIONS...: tw_perf, 2 processes, one per CPU like the
+# peers (twrun --bind core); the value from the 'all' row of its CSV:
+# test,size,threads,thread,iters,warmup,window,median,avg,min,max,bw,rate.
 tw() {
-  local kind=$1 row
-  shift
-  row=$(hiprio env "${tw_env[@]}" timeout 120 "$twrun" -n 2 --bind core "$perf" --csv "$@" 2>"$log" |
-    awk -F, '$4 == "all"') || true
+  local b=$1 kind=$2 row
+  shift 2
+  row=$(hiprio env "${tw_env[@]}" timeout 120 "$b/tools/twrun" -n 2 --bind core "$b/tools/tw_perf" \
+    --csv "$@" 2>"$log" | awk -F, '$4 == "all"') || true
   case $kind in
     lat | put_lat | get_lat) awk -F, '{print $8}' <<<"$row" ;;
     rate) awk -F, '{print $13}' <<<"$row" ;;
     bw | put_bw | get_bw) awk -F, '{print $12}' <<<"$row" ;;
   esac
-  [ -n "$row" ] || fail "${tw_env[*]:+${tw_env[*]} }twrun -n 2 tw_perf $*"
+  [ -n "$row" ] || fail "${tw_env[*]:+${tw_env[*]} }twrun -n 2 tw_perf $* ($b)"
 }
 
 # Which peers can run here.
@@ -232,14 +239,26 @@ for _ in $(seq "$reps"); do
   for i in "${!rows[@]}"; do
     IFS='|' read -r kind _ opts <<<"${rows[$i]}"
     # shellcheck disable=SC2086
-    r[tw.$i]+="$(tw "$kind" $opts) "
+    r[tw.$i]+="$(tw "$build" "$kind" $opts) "
+    if [ -n "$base" ]; then
+      # shellcheck disable=SC2086
+      r[base.$i]+="$(tw "$base" "$kind" $opts) "
+    fi
   done
 done
 
 m() { tr ' ' '\n' <<<"${r[$1]:-}" | awk NF | median; }
+# (max - min) / median of one cell's runs, as a percentage.
+spread() {
+  tr ' ' '\n' <<<"${r[$1]:-}" | awk NF | sort -g | awk '{v[NR]=$1} END {
+    if (NR < 2) { print "-"; exit }
+    med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2
+    if (med == 0) print "-"; else printf "%d%%", 100 * (v[NR] - v[1]) / med }'
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "-" || b == 0 || a == "-") print "-"; else printf "%.2f", a / b }'; }
 printf '%-44s %12s' "measurement (medians of $reps)" threadwire
 for p in "${peers[@]}"; do printf ' %12s %8s' "${peer_name[$p]}" "tw/${peer_name[$p]% *}"; done
+[ -z "$base" ] || printf ' %10s %8s %7s %7s' base tw/base spread "spr.b"
 echo
 for i in "${!rows[@]}"; do
   IFS='|' read -r kind label _ <<<"${rows[$i]}"
@@ -249,5 +268,9 @@ for i in "${!rows[@]}"; do
     v=$(m "$p.$kind")
     printf ' %12s %8s' "$v" "$(ratio "$t" "$v")"
   done
+  if [ -n "$base" ]; then
+    v=$(m "base.$i")
+    printf ' %10s %8s %7s %7s' "$v" "$(ratio "$t" "$v")" "$(spread "tw.$i")" "$(spread "base.$i")"
+  fi
   echo
 done
