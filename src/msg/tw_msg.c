@@ -28,6 +28,10 @@
 #include "progress/tw_cq.h"
 #include "progress/tw_pe.h"
 
+/* What the transports leave room for in front of a user's AM header. */
+_Static_assert(sizeof(tw_msg_hdr_t) + TW_AM_HDR_MAX <= TW_TL_HDR_MAX,
+               "msg's header and the user's fit the transports' header room");
+
 typedef struct tw_msg_am_entry {
     tw_am_handler_t fn;
     void *arg;

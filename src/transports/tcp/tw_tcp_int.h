@@ -27,7 +27,7 @@
 #include "transports/tcp/tw_tcp_proto.h"
 
 #define TW_TCP_MAX_SHORT  (64u * 1024u)
-#define TW_TCP_MAX_HDR    (TW_AM_HDR_MAX + 256u)
+#define TW_TCP_MAX_HDR    TW_TL_HDR_MAX
 #define TW_TCP_MAX_LEN    (1ull << 30)
 #define TW_TCP_HS_TIMEOUT (2ull * 1000 * 1000 * 1000)
 

@@ -32,7 +32,7 @@
 #include "transports/verbs/tw_verbs_rcache.h"
 
 #define TW_VERBS_SEG         9216u /* receive / send buffer */
-#define TW_VERBS_MAX_HDR     (TW_AM_HDR_MAX + 256u)
+#define TW_VERBS_MAX_HDR     TW_TL_HDR_MAX
 #define TW_VERBS_MAX_MSG     (1ull << 40)
 #define TW_VERBS_TX_BUFS     256u
 #define TW_VERBS_UD_RX       64u
