@@ -337,3 +337,41 @@ void tw_tl_close(tw_tl_iface_t *root)
     }
     root->ops->iface_close(root);
 }
+
+/* ---- rendezvous handed over ----------------------------------------------- */
+
+/* The handle whose announcement this thread is delivering: a receive that
+ * matches inside recv_rndv pulls at once. Thread-local, not a field of the
+ * handle: once announced, the handle is visible to other threads, which
+ * must not read a flag its engine is still writing. */
+static TW_TLS tw_tl_rndv_t *tw_tl_announcing;
+
+void tw_tl_rndv_announce(tw_tl_iface_t *iface, int src, uint8_t am_id, const void *hdr,
+                         size_t hdr_len, size_t len, tw_tl_rndv_t *h)
+{
+    tw_tl_rndv_t *outer = tw_tl_announcing;
+
+    tw_tl_announcing = h;
+    iface->recv_rndv(iface->recv_arg, src, am_id, hdr, hdr_len, len, h);
+    tw_tl_announcing = outer;
+}
+
+static void tw_tl_rndv_pull_cmd(void *arg, void *data, uint64_t u64)
+{
+    tw_tl_rndv_pull_t *pull = data;
+
+    (void)arg, (void)u64;
+    pull->apply(pull->h, pull->dst, pull->len, pull->comp);
+}
+
+void tw_tl_rndv_pull_on(tw_pe_t *pe, tw_tl_rndv_t *h, tw_tl_rndv_pull_t *pull,
+                        tw_tl_rndv_apply_fn_t apply, void *dst, size_t len, tw_tl_comp_t *comp)
+{
+    if (tw_tl_announcing == h || tw_pe_is_owner(pe)) {
+        apply(h, dst, len, comp);
+        return;
+    }
+    *pull = (tw_tl_rndv_pull_t){.apply = apply, .h = h, .dst = dst, .len = len, .comp = comp};
+    tw_pe_cmd_t cmd = {.fn = tw_tl_rndv_pull_cmd, .data = pull};
+    tw_pe_hand_over(pe, &cmd);
+}

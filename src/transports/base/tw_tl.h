@@ -408,6 +408,34 @@ void tw_tl_iface_bind(tw_tl_iface_t *iface, const tw_tl_params_t *up);
 tw_status_t tw_tl_submit(tw_tl_iface_t *iface, tw_pe_t *pe, void (*fn)(void *, void *, uint64_t),
                          void *arg, void *data, size_t alloc_len, size_t len);
 
+/* ---- rendezvous handed over -------------------------------------------- */
+
+/** What a transport whose rendezvous handles belong to one engine keeps in
+ * each handle so that rndv_get from any other thread runs on that engine:
+ * the pull's arguments, written by the caller and published to the engine
+ * by tw_pe_hand_over. */
+typedef struct tw_tl_rndv_pull tw_tl_rndv_pull_t;
+typedef void (*tw_tl_rndv_apply_fn_t)(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_comp_t *comp);
+struct tw_tl_rndv_pull {
+    tw_tl_rndv_apply_fn_t apply;
+    tw_tl_rndv_t *h;
+    void *dst;
+    size_t len;
+    tw_tl_comp_t *comp;
+};
+
+/** Hand the announcement of @p h up (@p iface's recv_rndv): a receive that
+ * matches inside it pulls at once (tw_tl_rndv_pull_on knows). Thread: the
+ * engine that owns @p h. */
+void tw_tl_rndv_announce(tw_tl_iface_t *iface, int src, uint8_t am_id, const void *hdr,
+                         size_t hdr_len, size_t len, tw_tl_rndv_t *h);
+/** Run @p apply(@p h, @p dst, @p len, @p comp) as the owner of @p pe: at
+ * once when the caller owns @p pe or is announcing @p h, else handed over
+ * through @p pull (a field of @p h). Never fails: the sender waits for it.
+ * Thread: any. */
+void tw_tl_rndv_pull_on(tw_pe_t *pe, tw_tl_rndv_t *h, tw_tl_rndv_pull_t *pull,
+                        tw_tl_rndv_apply_fn_t apply, void *dst, size_t len, tw_tl_comp_t *comp);
+
 /* ---- registry ---------------------------------------------------------- */
 
 /** Every transport compiled in, in routing order (the first that reaches a

@@ -87,11 +87,7 @@ struct tw_tl_rndv {
     size_t dst_len;
     tw_tl_comp_t *comp;
     bool have_get, done, failed;
-    /* rndv_get from another thread: its arguments, written by that thread
-     * before tw_pe_hand_over, read by the lane in the command it runs. */
-    void *get_dst;
-    size_t get_len;
-    tw_tl_comp_t *get_comp;
+    tw_tl_rndv_pull_t pull; /* rndv_get from another thread: handed to the lane */
 };
 
 /* One socket. Every field: engine or try-lock holder of @p lane. */

@@ -121,36 +121,12 @@ static void tw_tcp_rndv_apply(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_comp
     h->comp = comp;
 }
 
-/* The handle whose announcement this thread is delivering: a receive that
- * matches inside recv_rndv applies at once. Thread-local, not a field of the
- * handle: once announced, the handle is visible to other threads, which
- * must not read a flag its lane is still writing. */
-static TW_TLS tw_tl_rndv_t *tw_tcp_announcing;
-
-static void tw_tcp_rndv_apply_cmd(void *arg, void *data, uint64_t u64)
-{
-    tw_tl_rndv_t *h = data;
-
-    (void)arg, (void)u64;
-    tw_tcp_rndv_apply(h, h->get_dst, h->get_len, h->get_comp);
-}
-
 tw_status_t tw_tcp_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *dst, size_t len,
                             tw_tl_comp_t *comp)
 {
-    tw_tcp_lane_t *lane = h->lane;
-    tw_pe_cmd_t cmd = {.fn = tw_tcp_rndv_apply_cmd, .arg = lane, .data = h};
-
     (void)iface;
-    if (tw_tcp_announcing == h || tw_pe_is_owner(lane->pe)) {
-        tw_tcp_rndv_apply(h, dst, len, comp);
-        return TW_OK;
-    }
-    /* Another lane's engine (or a worker): the handle's lane applies it. */
-    h->get_dst = dst;
-    h->get_len = len;
-    h->get_comp = comp;
-    tw_pe_hand_over(lane->pe, &cmd); /* never fails: the sender waits for it */
+    /* From another lane's engine (or a worker): the handle's lane applies it. */
+    tw_tl_rndv_pull_on(h->lane->pe, h, &h->pull, tw_tcp_rndv_apply, dst, len, comp);
     return TW_OK;
 }
 
@@ -178,10 +154,7 @@ static bool tw_tcp_rndv_begin(tw_tcp_conn_t *c, uint8_t am_id, const unsigned ch
     c->rx = h;
     tw_stats_inc(tcp->super.stats, TW_TL_STAT_RX_MSGS);
     lane->events++;
-    tw_tl_rndv_t *outer = tw_tcp_announcing;
-    tw_tcp_announcing = h;
-    tcp->super.recv_rndv(tcp->super.recv_arg, c->peer, am_id, hdr, hdr_len, len, h);
-    tw_tcp_announcing = outer;
+    tw_tl_rndv_announce(&tcp->super, c->peer, am_id, hdr, hdr_len, len, h);
     if (!h->have_get && (h->buf = tw_malloc(len)) == NULL) {
         /* Bounded by TW_TCP_MAX_LEN (the parser checked it). */
         tw_error("tcp", "out of memory staging a %zu-byte message from rank %d", len, c->peer);

@@ -143,12 +143,8 @@ struct tw_tl_rndv {
     tw_verbs_region_t *region;
     unsigned reads_left;
     tw_status_t st;
-    uint32_t gen; /* the connection it came on (ep->gen then) */
-    /* rndv_get from another thread: its arguments, written by that thread
-     * and published to the engine by tw_pe_hand_over */
-    void *get_dst;
-    size_t get_len;
-    tw_tl_comp_t *get_comp;
+    uint32_t gen;           /* the connection it came on (ep->gen then) */
+    tw_tl_rndv_pull_t pull; /* rndv_get from another thread: handed to the engine */
 };
 
 /* The connection to one peer. Thread: engine (of ep->dev), but for the

@@ -208,8 +208,6 @@ void tw_verbs_read_done(tw_verbs_dev_t *dev, tw_tl_rndv_t *h, tw_status_t st)
     comp->cb(comp, fst);
 }
 
-static TW_TLS tw_tl_rndv_t *tw_verbs_announcing;
-
 /* An RTS arrived from @p ep's peer (frame @p f at @p buf): a handle for
  * it goes up through recv_rndv. Returns the frame's size, or 0 when the
  * peer has failed. */
@@ -241,37 +239,16 @@ size_t tw_verbs_rts_recv(tw_verbs_dev_t *dev, tw_verbs_ep_t *ep, const tw_verbs_
     h->next->prev = h;
     dev->handles.next = h;
     tw_stats_inc(vb->super.stats, TW_TL_STAT_RX_MSGS);
-    tw_tl_rndv_t *outer = tw_verbs_announcing;
-    tw_verbs_announcing = h;
-    vb->super.recv_rndv(vb->super.recv_arg, ep->peer, f->am_id, buf + f->hdr_off, f->hdr_len,
+    tw_tl_rndv_announce(&vb->super, ep->peer, f->am_id, buf + f->hdr_off, f->hdr_len,
                         (size_t)f->len, h);
-    tw_verbs_announcing = outer;
     return f->total;
-}
-
-static void tw_verbs_rndv_apply_cmd(void *arg, void *data, uint64_t u64)
-{
-    tw_tl_rndv_t *h = data;
-
-    (void)arg, (void)u64;
-    tw_verbs_rndv_apply(h, h->get_dst, h->get_len, h->get_comp);
 }
 
 tw_status_t tw_verbs_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *dst, size_t len,
                               tw_tl_comp_t *comp)
 {
-    tw_verbs_dev_t *dev = h->dev;
-    tw_pe_cmd_t cmd = {.fn = tw_verbs_rndv_apply_cmd, .arg = dev, .data = h};
-
     (void)iface;
-    if (tw_verbs_announcing == h || tw_pe_is_owner(dev->pe)) {
-        tw_verbs_rndv_apply(h, dst, len, comp);
-        return TW_OK;
-    }
-    h->get_dst = dst;
-    h->get_len = len;
-    h->get_comp = comp;
-    tw_pe_hand_over(dev->pe, &cmd); /* never fails: the sender waits for it */
+    tw_tl_rndv_pull_on(h->dev->pe, h, &h->pull, tw_verbs_rndv_apply, dst, len, comp);
     return TW_OK;
 }
 
