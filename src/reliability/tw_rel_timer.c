@@ -106,7 +106,10 @@ restart:;
             s->stamp_early = false;
             s->due_ns = now + s->rto_ns;
         } else if (s->due_ns <= now) {
-            if (s->sent_ns != 0 && s->tries >= TW_REL_MIN_TRIES &&
+            /* Never to ourselves: that path is in-process, only ever
+             * slow (our own engine starved), and failing it would fail
+             * this very rank. */
+            if (peer != rel->rank && s->sent_ns != 0 && s->tries >= TW_REL_MIN_TRIES &&
                 tw_rel_since(now, TW_MAX(s->first_ns, p->progress_ns)) >=
                     rel->cfg.path_timeout_ns) {
                 tw_rel_path_lost(rel, p, peer, s->path, false, "retransmissions unanswered", now,
