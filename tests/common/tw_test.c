@@ -115,3 +115,37 @@ double twt_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+int twt_cases_main(int argc, char **argv, const twt_case_t *cases, size_t n)
+{
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < n; i++) {
+            printf("%s\n", cases[i].name);
+        }
+        return 0;
+    }
+    if (argc == 1) {
+        for (size_t i = 0; i < n; i++) {
+            printf("case %s\n", cases[i].name);
+            fflush(stdout);
+            cases[i].fn();
+        }
+        printf("%s: %zu case(s) passed\n", argv[0], n);
+        return 0;
+    }
+    for (int a = 1; a < argc; a++) {
+        size_t i = 0;
+        while (i < n && strcmp(cases[i].name, argv[a]) != 0) {
+            i++;
+        }
+        if (i == n) {
+            fprintf(stderr, "FAIL %s: no case '%s' (--list names them)\n", argv[0], argv[a]);
+            return 2;
+        }
+        printf("case %s\n", cases[i].name);
+        fflush(stdout);
+        cases[i].fn();
+        printf("case %s: passed\n", cases[i].name);
+    }
+    return 0;
+}

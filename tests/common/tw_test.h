@@ -88,4 +88,21 @@ int twt_fd_count(void);
 /* Seconds of a monotonic clock. */
 double twt_now(void);
 
+/* ---- programs made of cases, one ctest entry each ----------------------
+ * A test program that holds several independent cases lists them in a
+ * table and hands main to twt_cases_main:
+ *   prog --list     prints the case names, one a line
+ *   prog NAME...    runs the named cases, in that order
+ *   prog            runs every case (by hand; ctest runs them one by one)
+ * A case fails through the TWT_CHECK macros (exit 1) or skips with exit 77.
+ * CMake registers each name with tw_add_case_tests (tests/CMakeLists.txt),
+ * which also adds a check that its CASES list equals the program's --list,
+ * so a new case cannot be left out of ctest. Names: [a-z0-9_]. */
+typedef struct twt_case {
+    const char *name;
+    void (*fn)(void);
+} twt_case_t;
+
+int twt_cases_main(int argc, char **argv, const twt_case_t *cases, size_t n);
+
 #endif /* TW_TEST_H */

@@ -423,22 +423,18 @@ static void test_list(void)
     TWT_CHECK(tw_cfg_list_has("1,3", "3", NULL) && !tw_cfg_list_has("1,3", "2", NULL));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    static const twt_case_t cases[] = {
+        {"defaults", test_defaults},   {"list", test_list},
+        {"bool", test_bool},           {"int", test_int},
+        {"uint64", test_uint64},       {"size", test_size},
+        {"duration", test_duration},   {"enum", test_enum},
+        {"string", test_string},       {"error_text", test_error_text},
+        {"apply_env", test_apply_env}, {"unknown", test_unknown},
+        {"print", test_print},
+    };
     /* Errors are expected here; keep their lines but nothing below them. */
     tw_log_set_level(TW_LOG_WARN);
-    test_defaults();
-    test_list();
-    test_bool();
-    test_int();
-    test_uint64();
-    test_size();
-    test_duration();
-    test_enum();
-    test_string();
-    test_error_text();
-    test_apply_env();
-    test_unknown();
-    test_print();
-    return 0;
+    return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
 }
