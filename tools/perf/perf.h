@@ -83,6 +83,12 @@ enum { ROLE_A, ROLE_B }; /* initiator, responder */
 enum { USER_SEND = 1, USER_RECV_A, USER_RECV_B, USER_PUT, USER_GET, USER_FLUSH };
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
+/* How a benchmark thread waits (--loop): in tw_cq_wait (or, with -m spin,
+ * in a tw_cq_poll loop, as tw_perf always did); spinning on tw_cq_poll
+ * alone, as an MPI code spins on MPI_Test; or computing for a while after
+ * each empty poll, as a code that overlaps work with communication. */
+typedef enum perf_loop { PERF_LOOP_WAIT, PERF_LOOP_POLL, PERF_LOOP_COMPUTE } perf_loop_t;
+
 typedef struct perf_opts {
     perf_test_t tests[PERF_MAX_TESTS];
     int ntests;
@@ -95,6 +101,8 @@ typedef struct perf_opts {
     const char *transports;
     int progress_threads;
     tw_wait_mode_t wait_mode;
+    perf_loop_t loop;    /* how a benchmark thread waits for completions */
+    unsigned compute_us; /* PERF_LOOP_COMPUTE: work after each empty poll */
     bool split;
     bool csv;
     bool stats; /* tw_stats_print on stderr at the end */
@@ -165,6 +173,7 @@ extern perf_opts_t g_opts;
 extern tw_context_t *g_ctx;
 extern int g_rank, g_size, g_partner;
 extern int g_nworkers; /* threads per process: --threads, twice that with --split */
+extern bool g_manual;  /* manual progress (-p 0 or TW_PROGRESS_THREADS=0) */
 /* Set by perf_rma_setup, read-only after. */
 extern size_t g_rma_slot; /* bytes per window slot: the largest one-sided SIZE */
 /* Any thread, atomic relaxed: set on the first failure, the others stop. */

@@ -64,6 +64,12 @@ static void usage(FILE *out)
         "  -m, --wait-mode MODE   spin, block or adaptive (default adaptive): the library's\n"
         "                         wait mode; with spin tw_perf polls its CQs (tw_cq_poll),\n"
         "                         otherwise it waits in tw_cq_wait\n"
+        "  -l, --loop wait|poll|compute[:US]\n"
+        "                         how a thread waits for its completions: wait (default:\n"
+        "                         as -m says), poll (spin on tw_cq_poll alone, as a code\n"
+        "                         spinning on MPI_Test; tw_progress too in manual mode), or\n"
+        "                         compute (poll, and after each empty poll US microseconds\n"
+        "                         of the thread's own work, default 1)\n"
         "Output (rank 0; the other rank prints errors only):\n"
         "      --stats            each rank prints its tw_stats_print report on stderr at the end\n"
         "      --csv              CSV on stdout: a header line, then rows (tools/plot-perf.sh\n"
@@ -207,6 +213,7 @@ static const struct option longopts[] = {
     {"transports", required_argument, NULL, 'T'},
     {"progress-threads", required_argument, NULL, 'p'},
     {"wait-mode", required_argument, NULL, 'm'},
+    {"loop", required_argument, NULL, 'l'},
     {"split", no_argument, NULL, OPT_SPLIT},
     {"csv", no_argument, NULL, OPT_CSV},
     {"stats", no_argument, NULL, OPT_STATS},
@@ -313,6 +320,27 @@ static int parse_config(int opt, const char *arg)
     return EXIT_USAGE; /* not reached: parse_opt passes these options only */
 }
 
+/* -l wait|poll|compute[:US] */
+static int parse_loop(const char *arg)
+{
+    uint64_t us = 1;
+
+    if (strcmp(arg, "wait") == 0) {
+        g_opts.loop = PERF_LOOP_WAIT;
+    } else if (strcmp(arg, "poll") == 0) {
+        g_opts.loop = PERF_LOOP_POLL;
+    } else if (strncmp(arg, "compute", 7) == 0 &&
+               (arg[7] == '\0' ||
+                (arg[7] == ':' && parse_u64(arg + 8, &us) && us >= 1 && us <= 1000000))) {
+        g_opts.loop = PERF_LOOP_COMPUTE;
+        g_opts.compute_us = (unsigned)us;
+    } else {
+        return usage_error("-l %s: the loop must be wait, poll or compute[:US] (1..1000000 us)",
+                           arg);
+    }
+    return EXIT_OK;
+}
+
 /* --timeout SEC */
 static int parse_timeout(const char *arg)
 {
@@ -345,6 +373,8 @@ static int parse_opt(int opt, char **argv)
     case 'p':
     case 'm':
         return parse_config(opt, optarg);
+    case 'l':
+        return parse_loop(optarg);
     case OPT_SPLIT:
         g_opts.split = true;
         return EXIT_OK;
@@ -381,7 +411,7 @@ int perf_parse_args(int argc, char **argv)
                            .wait_mode = TW_WAIT_ADAPTIVE,
                            .timeout_s = 10};
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":x:s:n:W:w:t:T:p:m:h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":x:s:n:W:w:t:T:p:m:l:h", longopts, NULL)) != -1) {
         if (opt == 'h') {
             usage(stdout);
             return EXIT_OK;

@@ -137,6 +137,16 @@ static const char *wait_name(tw_wait_mode_t m)
     return m == TW_WAIT_SPIN ? "spin" : m == TW_WAIT_BLOCK ? "block" : "adaptive";
 }
 
+static const char *loop_name(void)
+{
+    static char buf[32];
+    if (g_opts.loop == PERF_LOOP_COMPUTE) {
+        snprintf(buf, sizeof(buf), "compute:%u", g_opts.compute_us);
+        return buf;
+    }
+    return g_opts.loop == PERF_LOOP_POLL ? "poll" : "wait";
+}
+
 /* Rank 0, table output: the configuration, and which of tw_perf's library
  * options the environment overrides. */
 void perf_print_banner(void)
@@ -145,13 +155,13 @@ void perf_print_banner(void)
                         : g_opts.split ? "initiator thread <-> responder thread"
                                        : "each thread its own partner";
     printf("# tw_perf: %d process%s (%s), %d pair%s of threads; transports %s, progress "
-           "threads %d%s, wait %s\n",
+           "threads %d%s, wait %s, loop %s\n",
            g_size, g_size > 1 ? "es" : "", pairs, g_opts.threads, g_opts.threads > 1 ? "s" : "",
            g_opts.transports != NULL ? g_opts.transports : "all usable", g_opts.progress_threads,
            g_opts.progress_threads < 0    ? " (auto)"
            : g_opts.progress_threads == 0 ? " (manual)"
                                           : "",
-           wait_name(g_opts.wait_mode));
+           wait_name(g_opts.wait_mode), loop_name());
     for (size_t i = 0; i < sizeof(env_knobs) / sizeof(env_knobs[0]); i++) {
         const char *v = getenv(env_knobs[i].name);
         if (v != NULL) {

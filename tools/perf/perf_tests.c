@@ -167,19 +167,49 @@ static tw_status_t ep_complete(perf_ep_t *ep, const tw_completion_t *c)
     return ep_fail(ep, TW_ERR_PROTOCOL, "completion with unknown user value %p", c->user);
 }
 
+/* The thread's own work between polls: about @p us microseconds of
+ * arithmetic the compiler cannot drop (the loop count is calibrated once). */
+static void perf_compute(unsigned us)
+{
+    static _Atomic uint64_t per_us; /* iterations per microsecond; 0: not yet */
+    static _Atomic uint64_t sink;
+    uint64_t k = atomic_load_explicit(&per_us, memory_order_relaxed);
+    uint64_t x = (uint64_t)us, iters;
+
+    if (k == 0) {
+        uint64_t t0 = now_ns(), n = 0;
+        while (now_ns() - t0 < 2000000) { /* 2 ms */
+            for (int i = 0; i < 1000; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+            }
+            n += 1000;
+        }
+        k = n / 2000 > 0 ? n / 2000 : 1;
+        atomic_store_explicit(&per_us, k, memory_order_relaxed);
+    }
+    iters = k * us;
+    for (uint64_t i = 0; i < iters; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+    }
+    atomic_store_explicit(&sink, x, memory_order_relaxed);
+}
+
 /* Take what completed, or wait a little for it. TW_ERR_TIMEOUT after
  * --timeout seconds without a completion; TW_ERR_CANCELED (quietly) when
  * another thread failed. */
 static tw_status_t ep_progress(perf_ep_t *ep)
 {
     tw_completion_t c[PERF_POLL_MAX];
-    bool spin = g_opts.wait_mode == TW_WAIT_SPIN;
+    bool spin = g_opts.wait_mode == TW_WAIT_SPIN || g_opts.loop != PERF_LOOP_WAIT;
     int n;
 
     if (spin) {
         n = tw_cq_poll(ep->cq, c, PERF_POLL_MAX);
-        if (n == 0) {
-            (void)tw_progress(g_ctx); /* required in manual mode, a no-op otherwise */
+        if (n == 0 && g_manual) {
+            (void)tw_progress(g_ctx); /* manual mode: nobody else drives it */
+        }
+        if (n == 0 && g_opts.loop == PERF_LOOP_COMPUTE) {
+            perf_compute(g_opts.compute_us);
         }
     } else {
         n = tw_cq_wait(ep->cq, c, PERF_POLL_MAX, PERF_WAIT_MS);

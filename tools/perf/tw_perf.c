@@ -18,6 +18,7 @@
 tw_context_t *g_ctx;
 int g_rank, g_size, g_partner;
 int g_nworkers;
+bool g_manual;
 atomic_bool g_abort;
 
 /* tw_init with the options' configuration. @return EXIT_OK or EXIT_FAIL
@@ -45,6 +46,10 @@ static int job_init(void)
     }
     g_rank = tw_rank(g_ctx);
     g_size = tw_size(g_ctx);
+    {
+        const char *env = getenv("TW_PROGRESS_THREADS");
+        g_manual = env != NULL ? strcmp(env, "0") == 0 : g_opts.progress_threads == 0;
+    }
     return EXIT_OK;
 }
 
