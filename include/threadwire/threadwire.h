@@ -215,7 +215,16 @@ TW_API tw_status_t tw_cq_create(tw_context_t *ctx, unsigned depth, tw_cq_t **cq_
 TW_API tw_status_t tw_cq_destroy(tw_cq_t *cq);
 
 /**
- * Take up to @p max completions without blocking.
+ * Take up to @p max completions without blocking. Made to be called in a
+ * loop (as MPI codes call MPI_Test), alone or between pieces of the
+ * caller's own work: with progress threads, a poll that finds the CQ
+ * empty first drives the transports the calling thread may drive (those
+ * whose progress thread is not busy with them at that moment; never a
+ * user callback) and looks again, so a spinning worker does not wait for
+ * a progress thread that shares its CPU. After 64 empty polls in a row on
+ * one thread it yields the CPU once (sched_yield), so a poll loop cannot
+ * starve the thread it waits for. In manual mode it only takes what is
+ * there: drive tw_progress as well.
  * @return the number taken (0 .. max), or -1 for NULL arguments or max < 0.
  * Thread: any (a CQ may be shared by several consumers).
  */

@@ -77,6 +77,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -94,6 +95,9 @@
 #include "progress/tw_ring.h"
 
 TW_RING_DEFINE(cqe, tw_completion)
+
+/* tw_cq_poll gives the CPU away once per this many empty polls in a row. */
+#define TW_CQ_POLL_YIELD_EVERY 64u
 
 /* Adaptive waiting without a configured budget spins this long. */
 #define TW_CQ_SPIN_NS_DEFAULT 50000u
@@ -476,13 +480,11 @@ void tw_cq_push(tw_cq_t *cq, const tw_completion_t *c)
     atomic_fetch_add_explicit(&cq->pushed, 1, memory_order_release);
 }
 
-int tw_cq_poll(tw_cq_t *cq, tw_completion_t *out, int max)
+/* Take up to @p max records (arguments checked by the caller). */
+static int tw_cq_take(tw_cq_t *cq, tw_completion_t *out, int max)
 {
     int n = 0;
 
-    if (cq == NULL || out == NULL || max < 0) {
-        return -1;
-    }
     while (n < max) {
         unsigned k = tw_ring_cqe_dequeue_burst_mc(&cq->ring, &out[n], (unsigned)(max - n));
         if (k == 0) {
@@ -503,6 +505,45 @@ int tw_cq_poll(tw_cq_t *cq, tw_completion_t *out, int max)
         }
     }
     return n;
+}
+
+/* Empty tw_cq_poll calls in a row on this thread, on any CQ. */
+static _Thread_local unsigned tw_cq_empty_polls;
+
+int tw_cq_poll(tw_cq_t *cq, tw_completion_t *out, int max)
+{
+    int n;
+
+    if (cq == NULL || out == NULL || max < 0) {
+        return -1;
+    }
+    n = tw_cq_take(cq, out, max);
+    if (n > 0 || max == 0) {
+        tw_cq_empty_polls = 0;
+        return n;
+    }
+    /* Empty. With progress threads, drive what the caller may drive (the
+     * transports' polls, under their engines' try-locks), as tw_cq_wait's
+     * spin does, and look again: a worker spinning here then takes its
+     * completions itself when the engine is idle or asleep, instead of
+     * waiting for a progress thread that may share its CPU. */
+    if (cq->poll_fn != NULL && cq->poll_fn(cq->progress_arg) > 0) {
+        n = tw_cq_take(cq, out, max);
+        if (n > 0) {
+            tw_cq_empty_polls = 0;
+            return n;
+        }
+    }
+    /* A loop of empty polls must not keep the CPU from the thread it
+     * waits for (a progress thread, or a thread holding an engine's lock
+     * while descheduled): every TW_CQ_POLL_YIELD_EVERY empty polls in a
+     * row, give the CPU away once. Without a runnable thread to take it,
+     * sched_yield returns at once (~0.2 us per that many polls). */
+    if (++tw_cq_empty_polls >= TW_CQ_POLL_YIELD_EVERY) {
+        tw_cq_empty_polls = 0;
+        sched_yield();
+    }
+    return 0;
 }
 
 /* Sleep on the futex word while it holds @p seq, until @p deadline. */
@@ -536,13 +577,13 @@ static int tw_cq_wait_block(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t
         /* Store waiters / load p_tail: the waiter half of the Dekker pair. */
         atomic_thread_fence(memory_order_seq_cst);
         tw_ring_test_point();
-        n = tw_cq_poll(cq, out, max);
+        n = tw_cq_take(cq, out, max);
         if (n == 0) {
             tw_cq_futex_wait(cq, seq, deadline);
         }
         atomic_fetch_sub_explicit(&cq->waiters, 1, memory_order_relaxed);
         if (n == 0) {
-            n = tw_cq_poll(cq, out, max);
+            n = tw_cq_take(cq, out, max);
         }
         if (n > 0 || tw_time_ns() >= deadline) {
             return n;
@@ -561,7 +602,7 @@ static int tw_cq_wait_spin(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t 
         if (cq->poll_fn == NULL || cq->poll_fn(cq->progress_arg) == 0) {
             tw_backoff_wait(&b);
         }
-        n = tw_cq_poll(cq, out, max);
+        n = tw_cq_take(cq, out, max);
         if (n > 0 || tw_time_ns() >= until) {
             return n;
         }
@@ -575,7 +616,7 @@ static int tw_cq_wait_manual(tw_cq_t *cq, tw_completion_t *out, int max, uint64_
 
     for (;;) {
         int events = cq->progress_fn(cq->progress_arg);
-        int n = tw_cq_poll(cq, out, max);
+        int n = tw_cq_take(cq, out, max);
 
         if (n > 0 || tw_time_ns() >= deadline) {
             return n;
@@ -596,7 +637,7 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
     if (cq == NULL || out == NULL || max <= 0) {
         return -1;
     }
-    n = tw_cq_poll(cq, out, max);
+    n = tw_cq_take(cq, out, max);
     if (n > 0) {
         return n;
     }
@@ -609,7 +650,7 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
     if (cq->progress_fn != NULL) {
         if (timeout_ms == 0) {
             (void)cq->progress_fn(cq->progress_arg);
-            return tw_cq_poll(cq, out, max);
+            return tw_cq_take(cq, out, max);
         }
         return tw_cq_wait_manual(cq, out, max, deadline);
     }
