@@ -45,6 +45,14 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
     }
     p->paths_up &= (uint8_t)~bit;
     p->probe_ok[g] = 0;
+    if (what == NULL && p->left) {
+        /* It said goodbye and now closes its paths: it has finalized, and
+         * nothing we still owe it would be received. Resending on another
+         * path would only dial a rank that is gone (over tcp: a refused
+         * connect, an error line); fail what is left, quietly. */
+        tw_rel_peer_fail(rel, p, peer, "it left", todo);
+        return;
+    }
     if (tw_rel_cur_path(p) < 0) {
         tw_rel_peer_fail(rel, p, peer, what != NULL ? what : "it closed", todo);
         return;
