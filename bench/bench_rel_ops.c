@@ -8,132 +8,29 @@
 #include "progress/tw_pe.h"
 #include "reliability/tw_rel.h"
 #include "transports/base/tw_tl.h"
+#include "tw_fake_tl.h"
 
 #define BM_UHDR   32u
-#define BM_FRAME  4160u /* the wire's max_short */
-#define BM_MAXLEN 256u  /* payload per message here */
-#define BM_FRAMES 256u  /* frames in flight before the wire refuses */
+#define BM_MAXLEN 256u /* payload per message here */
+#define BM_FRAMES 256u /* frames in flight before the wire refuses */
 #define BM_AM     7u
 
-typedef struct bm_frame {
-    int src, dst;
-    uint8_t am_id;
-    size_t hdr_len, len;
-    unsigned char bytes[BM_FRAME];
-} bm_frame_t;
-
-typedef struct bm_side bm_side_t;
-
-typedef struct bm_wire_iface {
-    tw_tl_iface_t super;
-    bm_rel_t *bench;
-} bm_wire_iface_t;
-
-struct bm_side {
+typedef struct bm_side {
     int rank;
     tw_pe_t *pe;
-    tw_tl_iface_t *wire; /* this rank's wire iface (its callbacks: rel's or ours) */
+    tw_tl_iface_t *wire; /* this rank's fake iface (its callbacks: rel's or ours) */
     tw_tl_iface_t *send; /* what the sender calls: rel over the wire, or the wire */
     uint64_t next_in;
     uint64_t received;
     uint64_t bad;
-};
+} bm_side_t;
 
 struct bm_rel {
+    twt_fake_t wire; /* no hooks: every frame passes, in order */
     bm_side_t sides[2];
-    bm_frame_t *ring; /* FIFO of BM_FRAMES */
-    unsigned head, tail;
     uint64_t next_out[2];
     unsigned steps;
-    int opening; /* the rank whose wire iface is being opened */
 };
-
-static tw_status_t bm_wire_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
-                                    size_t hdr_len, const void *data, size_t len)
-{
-    bm_rel_t *b = ((bm_wire_iface_t *)iface)->bench;
-    bm_frame_t *f;
-
-    if (hdr_len + len > BM_FRAME) {
-        return TW_ERR_INVALID;
-    }
-    if (b->tail - b->head == BM_FRAMES) {
-        return TW_ERR_AGAIN;
-    }
-    f = &b->ring[b->tail++ % BM_FRAMES];
-    f->src = iface->rank;
-    f->dst = peer;
-    f->am_id = am_id;
-    f->hdr_len = hdr_len;
-    f->len = len;
-    memcpy(f->bytes, hdr, hdr_len);
-    if (len > 0) {
-        memcpy(f->bytes + hdr_len, data, len);
-    }
-    return TW_OK;
-}
-
-static tw_status_t bm_wire_query(char *why, size_t len)
-{
-    (void)why, (void)len;
-    return TW_OK;
-}
-
-static bool bm_wire_reachable(tw_tl_iface_t *iface, int peer)
-{
-    (void)iface;
-    return peer == 0 || peer == 1;
-}
-
-static void bm_wire_close(tw_tl_iface_t *iface)
-{
-    tw_tl_iface_cleanup(iface);
-    free(iface);
-}
-
-static tw_status_t bm_wire_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p);
-
-static const tw_tl_ops_t bm_wire_ops = {
-    .name = "bmwire",
-    .caps = TW_TL_CAP_AM_SHORT,
-    .query = bm_wire_query,
-    .iface_open = bm_wire_open,
-    .wrap_wants = tw_tl_stub_wrap_wants,
-    .wrap_open = tw_tl_stub_wrap_open,
-    .iface_close = bm_wire_close,
-    .bind = tw_tl_iface_bind,
-    .addr_pack = tw_tl_noaddr_pack,
-    .addr_connect = tw_tl_noaddr_connect,
-    .ready = tw_tl_noaddr_ready,
-    .quiesce = tw_tl_noop_quiesce,
-    .reachable = bm_wire_reachable,
-    .am_short = bm_wire_am_short,
-    .am_zcopy = tw_tl_stub_am_zcopy,
-    .put_zcopy = tw_tl_stub_put_zcopy,
-    .get_zcopy = tw_tl_stub_get_zcopy,
-    .flush = tw_tl_stub_flush,
-    .rndv_get = tw_tl_stub_rndv_get,
-    .progress = tw_tl_stub_progress,
-    .poll = tw_tl_stub_poll,
-    .mem_reg = tw_tl_stub_mem_reg,
-    .mem_dereg = tw_tl_stub_mem_dereg,
-};
-
-static bm_rel_t *bm_opening; /* set around iface_open, which has no user argument */
-
-static tw_status_t bm_wire_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
-{
-    const tw_tl_attr_t attr = {.max_short = BM_FRAME, .max_hdr = 256, .max_zcopy = 0};
-    bm_wire_iface_t *w = calloc(1, sizeof(*w));
-
-    if (w == NULL || tw_tl_iface_init(&w->super, &bm_wire_ops, params, &attr) != TW_OK) {
-        free(w);
-        return TW_ERR_NOMEM;
-    }
-    w->bench = bm_opening;
-    *iface_p = &w->super;
-    return TW_OK;
-}
 
 /* The upper layer (msg's place): checks order and content. */
 static void bm_up_recv(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
@@ -154,13 +51,15 @@ static void bm_up_recv(void *arg, int src, uint8_t am_id, const void *hdr, size_
 
 bm_rel_t *bm_rel_create(bool reliable)
 {
+    /* Fragments of 4096 bytes of upper header + payload, as rel's tests. */
+    static const tw_tl_attr_t attr = {.max_short = 4160, .max_hdr = 256, .max_zcopy = 0};
     bm_rel_t *b = calloc(1, sizeof(*b));
 
-    if (b == NULL || (b->ring = calloc(BM_FRAMES, sizeof(*b->ring))) == NULL) {
-        free(b);
+    if (b == NULL) {
         return NULL;
     }
-    bm_opening = b;
+    twt_fake_init(&b->wire, 2, &attr);
+    b->wire.max_frames = BM_FRAMES;
     for (int r = 0; r < 2; r++) {
         bm_side_t *s = &b->sides[r];
         tw_pe_params_t pp = {.name = r ? "bm1" : "bm0", .thread = false};
@@ -171,7 +70,7 @@ bm_rel_t *bm_rel_create(bool reliable)
             abort();
         }
         tp.pe = s->pe;
-        if (tw_tl_iface_open(&bm_wire_ops, &tp, &s->wire) != TW_OK) {
+        if (twt_fake_open(&b->wire, 0, &tp, &s->wire) != TW_OK) {
             abort();
         }
         s->send = s->wire;
@@ -191,7 +90,6 @@ bm_rel_t *bm_rel_create(bool reliable)
     for (int r = 0; r < 2; r++) {
         tw_tl_ready_tree(b->sides[r].send);
     }
-    bm_opening = NULL;
     return b;
 }
 
@@ -202,20 +100,14 @@ void bm_rel_destroy(bm_rel_t *b)
         tw_tl_close(s->send); /* rel and its wire, or the wire */
         tw_pe_destroy(s->pe);
     }
-    free(b->ring);
+    twt_fake_cleanup(&b->wire);
     free(b);
 }
 
 /* Deliver every frame on the wire. */
 static void bm_pump(bm_rel_t *b)
 {
-    while (b->head != b->tail) {
-        bm_frame_t *f = &b->ring[b->head % BM_FRAMES];
-        bm_side_t *d = &b->sides[f->dst];
-        d->wire->recv(d->wire->recv_arg, f->src, f->am_id, f->bytes, f->hdr_len,
-                      f->bytes + f->hdr_len, f->len);
-        b->head++;
-    }
+    twt_fake_pump(&b->wire);
 }
 
 static bool bm_send(bm_rel_t *b, int r, size_t len)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
-/* C side of bench_rel.cc: two ranks in one thread over an in-memory wire,
+/* C side of bench_rel.cc: two ranks in one thread over the fake transport
+ * (tests/common/tw_fake_tl.h, no hooks: an in-memory wire),
  * with the reliability layer between sender and wire (reliable) or not,
  * so the difference is the layer's own CPU cost per message. */
 #ifndef BENCH_REL_OPS_H

@@ -2,8 +2,12 @@
 # Copyright (c) 2026 The threadwire authors
 #
 # src/transports/lossy unit tests (TW_FAULT parser and decisions -- tests/fuzz
-# fuzzes the same parser; the lossy wrapper around self and a fake transport).
+# fuzzes the same parser; the lossy wrapper around self and around the
+# scripted fake transport, one ctest entry per case).
 tw_add_test(NAME fault_spec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fault.c
             LABELS unit INTERNAL TIMEOUT 60)
-tw_add_test(NAME lossy SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lossy.c
-            LABELS unit INTERNAL TIMEOUT 60)
+tw_add_case_tests(NAME lossy SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lossy.c
+                  LABELS unit INTERNAL TIMEOUT 60
+                  CASES passthrough drop_all drop_seeded corrupt dup reorder delay scoped kill_self
+                        kill_reports again blackhole blackhole_after set_spec close_held threads)
+target_link_libraries(test_lossy PRIVATE tw_fake_tl)

@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/* test_rel's cases that script single frames (test_rel.c lists them). */
+#include <string.h>
+
+#include "core/tw_crc32c.h"
+#include "test_rel_rig.h"
+
+void case_basic(void)
+{
+    static const size_t sizes[] = {0, 1, 100, 4064, 4065, 8192, 8193, 50000, PAYLOAD_MAX};
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin("basic");
+    rig_open(&cfg, 1);
+    for (int rep = 0; rep < 4; rep++) {
+        for (size_t i = 0; i < TWT_ARRAY_SIZE(sizes); i++) {
+            TWT_CHECK(send_msg(0, sizes[i]) == TW_OK);
+            TWT_CHECK(send_msg(1, sizes[i]) == TW_OK);
+            pump(0, NULL);
+        }
+    }
+    rig.want_delivered = rig.next_out[0];
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_CHECK(pump(20, NULL));
+    for (int r = 0; r < 2; r++) {
+        TWT_EQ(rig.sides[r].delivered, rig.next_out[1 - r]);
+        TWT_EQ(rig.sides[r].bad, 0u);
+        TWT_EQ(rel_stat(r, TW_REL_STAT_RETRANSMITS), 0u);
+        TWT_EQ(rel_stat(r, TW_REL_STAT_DUPLICATES), 0u);
+        TWT_EQ(rel_stat(r, TW_REL_STAT_CRC_FAILURES), 0u);
+    }
+    for (uint64_t i = 0; i < rig.next_out[0]; i++) {
+        if (rig.sreqs[0][i].comp.cb != NULL) {
+            TWT_EQ(rig.sreqs[0][i].done, 1);
+            TWT_EQ(rig.sreqs[0][i].status, TW_OK);
+        }
+    }
+    TWT_EQ(rig.wire.dropped + rig.wire.stray, 0u);
+    case_end();
+}
+
+/* ---- one frame lost --------------------------------------------------- */
+
+/* Drop the first frame rig.match accepts, once. */
+static twt_fake_fate_t drop_first_match(void *arg, twt_fake_frame_t *f)
+{
+    (void)arg;
+    if (rig.hits == 0 && rig.match(f)) {
+        rig.hits = 1;
+        return TWT_FAKE_DROP;
+    }
+    return TWT_FAKE_PASS;
+}
+
+static bool m_first_frag(const twt_fake_frame_t *f)
+{
+    return f->src == 0 && is_data(f, 0, 3);
+}
+static bool m_last_frag(const twt_fake_frame_t *f)
+{
+    return f->src == 0 && is_data(f, 2, 3);
+}
+static bool m_ack(const twt_fake_frame_t *f)
+{
+    return f->src == 1 && f->am_id == TW_REL_AM_ACK;
+}
+
+static void one_lost(const char *name, bool (*m)(const twt_fake_frame_t *), uint64_t retransmits,
+                     uint64_t dups, uint64_t out_of_order, uint64_t nacks)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin(name);
+    rig_open(&cfg, 1);
+    rig.match = m;
+    rig.wire.on_deliver = drop_first_match;
+    TWT_CHECK(send_msg(0, m == m_ack ? 100 : LEN3) == TW_OK);
+    rig.want_delivered = 1;
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_CHECK(pump(100, NULL)); /* acks settle */
+    TWT_EQ(rig.hits, 1u);
+    TWT_EQ(rig.wire.dropped, 1u);
+    TWT_EQ(rig.sides[1].delivered, 1u);
+    TWT_EQ(rig.sides[1].bad, 0u);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_RETRANSMITS), retransmits);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DUPLICATES), dups);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_OUT_OF_ORDER), out_of_order);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_NACKS_SENT), nacks);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DELIVERED), 1u);
+    if (m != m_ack) {
+        TWT_EQ(rig.sreqs[0][0].done, 1);
+        TWT_EQ(rig.sreqs[0][0].status, TW_OK);
+    }
+    case_end();
+}
+
+void case_first_frag(void)
+{
+    one_lost("first fragment lost", m_first_frag, 1, 0, 2, 1);
+}
+
+void case_last_frag(void)
+{
+    one_lost("last fragment lost", m_last_frag, 1, 0, 0, 0);
+}
+
+void case_ack_lost(void)
+{
+    one_lost("ack lost", m_ack, 1, 1, 0, 0);
+}
+
+/* The first fragment and the NACK that asks for it again, each lost once. */
+static twt_fake_fate_t drop_first_frag_and_nack(void *arg, twt_fake_frame_t *f)
+{
+    (void)arg;
+    if (f->src == 0 && is_data(f, 0, 3) && !(rig.hits & 1)) {
+        rig.hits |= 1;
+        return TWT_FAKE_DROP;
+    }
+    if (f->src == 1 && f->am_id == TW_REL_AM_NACK && !(rig.hits & 2)) {
+        rig.hits |= 2;
+        return TWT_FAKE_DROP;
+    }
+    return TWT_FAKE_PASS;
+}
+
+void case_nack_lost(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin("nack lost");
+    rig_open(&cfg, 1);
+    rig.wire.on_deliver = drop_first_frag_and_nack;
+    TWT_CHECK(send_msg(0, LEN3) == TW_OK);
+    rig.want_delivered = 1;
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_CHECK(pump(50, NULL));
+    TWT_EQ(rig.hits, 3u);
+    TWT_EQ(rig.sides[1].delivered, 1u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_NACKS_SENT), 1u);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_RETRANSMITS), 1u);
+    case_end();
+}
+
+/* ---- duplicates ------------------------------------------------------- */
+
+/* Keep a copy of rank 0's first data frame, to replay it later. */
+static twt_fake_fate_t keep_first_data(void *arg, twt_fake_frame_t *f)
+{
+    (void)arg;
+    if (rig.nkept == 0 && f->src == 0 && is_data_frame(f)) {
+        rig.kept[rig.nkept++] = twt_fake_copy(&rig.wire, f);
+    }
+    return TWT_FAKE_PASS;
+}
+
+/* A data frame replayed after its message completed. */
+void case_dup_done(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin("duplicate after completion");
+    rig_open(&cfg, 1);
+    rig.wire.on_deliver = keep_first_data;
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    rig.want_delivered = 1;
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_CHECK(pump(20, NULL));
+    TWT_EQ(rig.nkept, 1u);
+    uint64_t acks = rel_stat(1, TW_REL_STAT_ACKS_SENT);
+    twt_fake_release(&rig.wire, rig.kept[0]);
+    TWT_CHECK(pump(20, NULL));
+    TWT_EQ(rig.sides[1].delivered, 1u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DUPLICATES), 1u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_ACKS_SENT), acks + 1);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_RETRANSMITS), 0u);
+    case_end();
+}
+
+/* Fragment 0 of 3 lost once; fragment 1 arrives twice, the second time
+ * while the first copy is still held behind the gap. */
+static twt_fake_fate_t gap_then_dup(void *arg, twt_fake_frame_t *f)
+{
+    (void)arg;
+    if (f->src == 0 && is_data(f, 0, 3) && !(rig.hits & 1)) {
+        rig.hits |= 1;
+        return TWT_FAKE_DROP;
+    }
+    if (f->src == 0 && is_data(f, 1, 3) && !(rig.hits & 2)) {
+        rig.hits |= 2;
+        return TWT_FAKE_DUP; /* the copy follows fragment 2 */
+    }
+    return TWT_FAKE_PASS;
+}
+
+/* Hostile input (d): a duplicate of a fragment held out of order is
+ * dropped and counted as a duplicate; the held copy stays the one handed
+ * up, once (the second copy neither replaces it -- a leak -- nor counts
+ * as one more held fragment). */
+void case_dup_held(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin("duplicate of a fragment held behind a gap");
+    rig_open(&cfg, 1);
+    rig.wire.on_deliver = gap_then_dup;
+    TWT_CHECK(send_msg(0, LEN3) == TW_OK);
+    rig.want_delivered = 1;
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_CHECK(pump(100, NULL)); /* acks settle */
+    TWT_EQ(rig.hits, 3u);
+    TWT_EQ(rig.wire.duplicated, 1u);
+    TWT_EQ(rig.sides[1].delivered, 1u);
+    TWT_EQ(rig.sides[1].bad, 0u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DELIVERED), 1u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DUPLICATES), 1u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_OUT_OF_ORDER), 2u); /* fragments 1 and 2, once each */
+    TWT_EQ(rel_stat(1, TW_REL_STAT_NACKS_SENT), 1u);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_RETRANSMITS), 1u);
+    TWT_EQ(rig.sreqs[0][0].done, 1);
+    TWT_EQ(rig.sreqs[0][0].status, TW_OK);
+    /* and the stream goes on in order */
+    TWT_CHECK(send_msg(0, LEN3) == TW_OK);
+    rig.want_delivered = 2;
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_EQ(rig.sides[1].bad, 0u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DUPLICATES), 1u);
+    case_end();
+}
+
+/* ---- a corrupted checksum field --------------------------------------- */
+
+/* Flip a bit of the checksum field of the first data frame, in the form
+ * rig.crc_form says. */
+static twt_fake_fate_t corrupt_crc_once(void *arg, twt_fake_frame_t *f)
+{
+    (void)arg;
+    if (rig.hits == 0 && f->src == 0 && f->am_id == rig.crc_form) {
+        size_t at = rig.crc_form == TW_REL_AM_SDATA ? offsetof(tw_rel_shdr_t, crc)
+                                                    : offsetof(tw_rel_hdr_t, crc);
+        rig.hits = 1;
+        twt_fake_flip_bit(&rig.wire, f, at * 8 + 4);
+    }
+    return TWT_FAKE_PASS;
+}
+
+/* @p len: 100 bytes go in one short frame, LEN3 in three long ones. */
+static void crc_field(size_t len)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin(len == 100 ? "corrupt checksum field (short form)"
+                          : "corrupt checksum field (long form)");
+    rig_open(&cfg, 1);
+    rig.crc_form = len == 100 ? TW_REL_AM_SDATA : TW_REL_AM_DATA;
+    rig.wire.on_deliver = corrupt_crc_once;
+    TWT_CHECK(send_msg(0, len) == TW_OK);
+    rig.want_delivered = 1;
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_CHECK(pump(50, NULL));
+    TWT_EQ(rig.wire.corrupted, 1u);
+    TWT_EQ(rig.sides[1].delivered, 1u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_CRC_FAILURES), 1u);
+    /* The checksum failure draws a NACK, which resends fragment 0. In
+     * the long form fragments 1 and 2 arrive after the lost one and are
+     * held: the gap draws the second NACK, its resend is suppressed (the
+     * fragment went out less than a round trip ago). */
+    TWT_EQ(rel_stat(1, TW_REL_STAT_NACKS_SENT), len == 100 ? 1u : 2u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_OUT_OF_ORDER), len == 100 ? 0u : 2u);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_RETRANSMITS), 1u);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DUPLICATES), 0u);
+    case_end();
+}
+
+void case_crc_short(void)
+{
+    crc_field(100);
+}
+
+void case_crc_long(void)
+{
+    crc_field(LEN3);
+}
+
+/* ---- forged frames ---------------------------------------------------- */
+
+/* A well-formed data frame from rank 0's incarnation @p src_epoch to rank
+ * 1's @p dst_epoch, in the long form or the short one (@p sform). */
+static void inject_frame(bool sform, uint32_t seq, uint32_t src_epoch, uint32_t dst_epoch)
+{
+    union {
+        tw_rel_hdr_t h;
+        tw_rel_shdr_t s;
+    } u;
+    size_t hl = sform ? sizeof(u.s) : sizeof(u.h), skip = sform ? sizeof(u.s.crc) : 0;
+    unsigned char buf[sizeof(tw_rel_hdr_t) + UHDR];
+    unsigned char data[16];
+    unsigned char whole[sizeof(buf) + sizeof(data)];
+    uint32_t crc;
+
+    memset(&u, 0, sizeof(u));
+    if (sform) {
+        u.s = (tw_rel_shdr_t){.version = TW_REL_VERSION,
+                              .flags = TW_REL_F_ACK,
+                              .am_id = 7,
+                              .hdr_len = UHDR,
+                              .seq = seq,
+                              .epochs = tw_rel_epochs(src_epoch, dst_epoch)};
+    } else {
+        u.h = (tw_rel_hdr_t){.version = TW_REL_VERSION,
+                             .type = TW_REL_T_DATA,
+                             .am_id = 7,
+                             .hdr_len = UHDR,
+                             .src_epoch = src_epoch,
+                             .dst_epoch = dst_epoch,
+                             .seq = seq,
+                             .nfrags = 1,
+                             .msg_len = sizeof(data),
+                             .len = sizeof(data)};
+    }
+    memset(data, 0xee, sizeof(data));
+    memcpy(buf, &u, hl);
+    memset(buf + hl, 0x3c, UHDR);
+    crc = sform ? tw_rel_short_crc(buf, hl + UHDR, data, sizeof(data))
+                : tw_rel_crc(buf, hl + UHDR, data, sizeof(data));
+    /* The wire format's definition: CRC32C over the header (the long
+     * form's with crc = 0, the short form's after its crc field), the
+     * upper header and the payload, in one run. */
+    memcpy(whole, buf, hl + UHDR);
+    memcpy(whole + hl + UHDR, data, sizeof(data));
+    TWT_EQ(crc, tw_crc32c(0, whole + skip, hl + UHDR + sizeof(data) - skip));
+    memcpy(buf + (sform ? offsetof(tw_rel_shdr_t, crc) : offsetof(tw_rel_hdr_t, crc)), &crc,
+           sizeof(crc));
+    TWT_EQ(twt_fake_inject(&rig.wire, 0, 1, 0, sform ? TW_REL_AM_SDATA : TW_REL_AM_DATA, buf,
+                           hl + UHDR, data, sizeof(data)),
+           TW_OK);
+    TWT_CHECK(twt_fake_pump(&rig.wire) >= 1); /* and the replies it drew */
+}
+
+void case_far_stale(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+    uint32_t e0, e1, old_e0;
+
+    case_begin("sequence far ahead / behind, replay from an old incarnation");
+    rig_open(&cfg, 1);
+    old_e0 = tw_rel_epoch(rig.sides[0].rel);
+    rig_close();
+    rig_open(&cfg, 1);
+    e0 = tw_rel_epoch(rig.sides[0].rel);
+    e1 = tw_rel_epoch(rig.sides[1].rel);
+    TWT_CHECK(e0 != old_e0);
+    inject_frame(false, 1000, e0, e1);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_OUT_OF_WINDOW), 1u);
+    inject_frame(false, (uint32_t)-1000, e0, e1);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DUPLICATES), 1u);
+    inject_frame(false, 0, old_e0, e1); /* the right sequence number, the old sender */
+    TWT_EQ(rel_stat(1, TW_REL_STAT_STALE), 1u);
+    inject_frame(false, 0, e0, e1 ^ 1); /* meant for another incarnation of us */
+    TWT_EQ(rel_stat(1, TW_REL_STAT_STALE), 2u);
+    /* the same in the short form */
+    inject_frame(true, 1000, e0, e1);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_OUT_OF_WINDOW), 2u);
+    inject_frame(true, (uint32_t)-1000, e0, e1);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DUPLICATES), 2u);
+    inject_frame(true, 0, old_e0, e1);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_STALE), 3u);
+    inject_frame(true, 0, e0, e1 ^ 1);
+    TWT_EQ(rel_stat(1, TW_REL_STAT_STALE), 4u);
+    inject_frame(true, 0, e0 ^ 1, e1 ^ 1); /* both changed: still not ours */
+    TWT_EQ(rel_stat(1, TW_REL_STAT_STALE), 5u);
+    TWT_EQ(rig.sides[1].delivered, 0u);
+    /* and the real sequence still flows */
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    rig.want_delivered = 1;
+    TWT_CHECK(pump(2000, all_delivered));
+    TWT_EQ(rig.sides[1].bad, 0u);
+    case_end();
+}
+
+/* ---- an arrival while the deliverer hands one up ---------------------- */
+
+/* Hold rank 0's first two data frames. */
+static twt_fake_fate_t hold_two_data(void *arg, twt_fake_frame_t *f)
+{
+    (void)arg;
+    if (rig.nkept < 2 && f->src == 0 && is_data_frame(f)) {
+        rig.kept[rig.nkept++] = f;
+        return TWT_FAKE_HOLD;
+    }
+    return TWT_FAKE_PASS;
+}
+
+/* Rank 1 gets the second data frame from inside the upcall of the first:
+ * it is queued, and handed up after the first upcall returned. */
+void case_reenter(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin("an arrival while the deliverer hands one up: queued, handed up after it");
+    rig_open(&cfg, 1);
+    rig.wire.on_deliver = hold_two_data;
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    TWT_CHECK(send_msg(0, 100) == TW_OK);
+    TWT_CHECK(pump(0, NULL)); /* one step: both held */
+    TWT_EQ(rig.nkept, 2u);
+    TWT_EQ(rig.sides[1].delivered, 0u);
+    rig.reenter = rig.kept[1];
+    rig.reenter_delivered = UINT64_MAX;
+    twt_fake_deliver(&rig.wire, rig.kept[0]);
+    rig.want_delivered = 2;
+    TWT_CHECK(pump(100, all_delivered));
+    TWT_CHECK(rig.reenter == NULL);
+    TWT_EQ(rig.reenter_delivered, 1u); /* not handed up from inside the first upcall */
+    TWT_EQ(rig.sides[1].delivered, 2u);
+    TWT_EQ(rig.sides[1].bad, 0u);
+    TWT_CHECK(pump(50, NULL));
+    TWT_EQ(rel_stat(1, TW_REL_STAT_DUPLICATES), 0u);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_RETRANSMITS), 0u);
+    TWT_EQ(rig.wire.held, 0u);
+    case_end();
+}
