@@ -29,6 +29,10 @@
  *   far_stale       sequence numbers 1000 ahead and 1000 behind: one
  *                   out-of-window drop, one duplicate; frames of an
  *                   earlier incarnation of either rank: stale;
+ *   left_then_closed  (regression, rel_b8) a peer said goodbye, then
+ *                   closes one of two paths cleanly: what it had not
+ *                   acknowledged fails at once, quietly -- no failover,
+ *                   nothing on the other path, no warning or error;
  *   reenter         an arrival while the deliverer hands a message up:
  *                   queued, handed up after it;
  *   wrap            sequence numbers start 40 below 2^32, 5 % of frames
@@ -75,6 +79,7 @@ static const twt_case_t cases[] = {
     {"crc_short", case_crc_short},
     {"crc_long", case_crc_long},
     {"far_stale", case_far_stale},
+    {"left_then_closed", case_left_then_closed},
     {"reenter", case_reenter},
     {"wrap", case_wrap},
     {"corrupt", case_corrupt},

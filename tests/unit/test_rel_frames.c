@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/tw_crc32c.h"
+#include "core/tw_log.h"
 #include "test_rel_rig.h"
 
 void case_basic(void)
@@ -376,6 +377,76 @@ void case_far_stale(void)
     rig.want_delivered = 1;
     TWT_CHECK(pump(2000, all_delivered));
     TWT_EQ(rig.sides[1].bad, 0u);
+    case_end();
+}
+
+/* ---- a peer that said goodbye, then closes a path ----------------------- */
+
+/* Drop every data frame rank 0 sends: its messages stay unacknowledged. */
+static twt_fake_fate_t drop_rank0_data(void *arg, twt_fake_frame_t *f)
+{
+    (void)arg;
+    return f->src == 0 && is_data_frame(f) ? TWT_FAKE_DROP : TWT_FAKE_PASS;
+}
+
+static bool rank0_heard_goodbye(void)
+{
+    return rig.sides[0].downs > 0;
+}
+
+/* Rank 1's goodbye (quiesce's last message: long form, the goodbye am id,
+ * no bytes) as sequence @p seq, on path 0. */
+static void inject_goodbye(uint32_t seq)
+{
+    tw_rel_hdr_t h = {.version = TW_REL_VERSION,
+                      .type = TW_REL_T_DATA,
+                      .am_id = TW_REL_BYE_AM,
+                      .src_epoch = tw_rel_epoch(rig.sides[1].rel),
+                      .dst_epoch = tw_rel_epoch(rig.sides[0].rel),
+                      .seq = seq,
+                      .nfrags = 1};
+    h.crc = tw_rel_crc(&h, sizeof(h), NULL, 0);
+    TWT_EQ(twt_fake_inject(&rig.wire, 1, 0, 0, TW_REL_AM_DATA, &h, sizeof(h), NULL, 0), TW_OK);
+}
+
+/* Regression (rel_b8, about 1 run in 20): a peer said goodbye, then its
+ * finalize closed one of its two paths cleanly. rel moved what that peer
+ * had not acknowledged to the other path -- over tcp, a connect the
+ * departed rank refused, and an error line. What is left fails at once
+ * now, quietly: no failover, nothing sent on path 1, no peer failure. */
+void case_left_then_closed(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+    uint64_t errors0 = tw_log_count(TW_LOG_ERROR), warns0 = tw_log_count(TW_LOG_WARN);
+
+    case_begin("a peer that said goodbye closes a path: what is left fails, not fails over");
+    rig_open(&cfg, 2);
+    rig.wire.on_deliver = drop_rank0_data;
+    for (int i = 0; i < 4; i++) {
+        TWT_CHECK(send_msg(0, 20000) == TW_OK); /* zcopy: completions to check */
+    }
+    TWT_CHECK(pump(5, NULL));
+    inject_goodbye((uint32_t)cfg.seq_start);
+    TWT_CHECK(pump(100, rank0_heard_goodbye));
+    TWT_EQ(rig.sides[0].downs, 1);
+    TWT_EQ(rig.sides[0].down_why, TW_OK); /* a departure, not a failure */
+    for (int i = 0; i < 4; i++) {
+        TWT_EQ(rig.sreqs[0][i].done, 0); /* still unacknowledged */
+    }
+    uint64_t on_path1 = carried(1);
+    twt_fake_report_down(&rig.wire, 0, 0, 1, TW_OK); /* its close of path 0 */
+    TWT_CHECK(pump(200, NULL));
+    TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 0u);
+    TWT_EQ(carried(1), on_path1);
+    for (int i = 0; i < 4; i++) {
+        TWT_EQ(rig.sreqs[0][i].done, 1);
+        TWT_EQ(rig.sreqs[0][i].status, TW_ERR_PEER_FAILED);
+    }
+    TWT_EQ(rel_stat(0, TW_REL_STAT_PEER_FAILURES), 0u);
+    TWT_EQ(rig.sides[0].downs, 1); /* reported once, as the departure */
+    TWT_EQ(tw_log_count(TW_LOG_ERROR), errors0);
+    TWT_EQ(tw_log_count(TW_LOG_WARN), warns0);
+    rig.wire.on_deliver = NULL;
     case_end();
 }
 
