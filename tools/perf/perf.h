@@ -83,6 +83,9 @@ enum { ROLE_A, ROLE_B }; /* initiator, responder */
 enum { USER_SEND = 1, USER_RECV_A, USER_RECV_B, USER_PUT, USER_GET, USER_FLUSH };
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
+/* --stats: tw_stats_print; --stats=json: tw_stats_json. */
+typedef enum perf_stats { PERF_STATS_NONE = 0, PERF_STATS_TEXT, PERF_STATS_JSON } perf_stats_t;
+
 typedef struct perf_opts {
     perf_test_t tests[PERF_MAX_TESTS];
     int ntests;
@@ -97,7 +100,7 @@ typedef struct perf_opts {
     tw_wait_mode_t wait_mode;
     bool split;
     bool csv;
-    bool stats; /* tw_stats_print on stderr at the end */
+    perf_stats_t stats; /* the library's counters on stderr at the end */
     double timeout_s;
 } perf_opts_t;
 

@@ -65,7 +65,7 @@ static void usage(FILE *out)
         "                         wait mode; with spin tw_perf polls its CQs (tw_cq_poll),\n"
         "                         otherwise it waits in tw_cq_wait\n"
         "Output (rank 0; the other rank prints errors only):\n"
-        "      --stats            each rank prints its tw_stats_print report on stderr at the end\n"
+        "      --stats[=json]     each rank prints tw_stats_print (json: tw_stats_json) on stderr\n"
         "      --csv              CSV on stdout: a header line, then rows (tools/plot-perf.sh\n"
         "                         plots a sweep of them with gnuplot)\n"
         "      --timeout SEC      fail when a wait sees no completion for SEC seconds\n"
@@ -209,7 +209,7 @@ static const struct option longopts[] = {
     {"wait-mode", required_argument, NULL, 'm'},
     {"split", no_argument, NULL, OPT_SPLIT},
     {"csv", no_argument, NULL, OPT_CSV},
-    {"stats", no_argument, NULL, OPT_STATS},
+    {"stats", optional_argument, NULL, OPT_STATS},
     {"plot", optional_argument, NULL, OPT_PLOT}, /* removed: says so */
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
@@ -352,7 +352,13 @@ static int parse_opt(int opt, char **argv)
         g_opts.csv = true;
         return EXIT_OK;
     case OPT_STATS:
-        g_opts.stats = true;
+        if (optarg == NULL || strcmp(optarg, "text") == 0) {
+            g_opts.stats = PERF_STATS_TEXT;
+        } else if (strcmp(optarg, "json") == 0) {
+            g_opts.stats = PERF_STATS_JSON;
+        } else {
+            return usage_error("--stats takes no value, or =json");
+        }
         return EXIT_OK;
     case OPT_PLOT:
         return usage_error("--plot was removed: plot --csv output with tools/plot-perf.sh "
