@@ -396,14 +396,14 @@ static void *watchdog_main(void *arg)
             seen = now;
             last = twt_now();
         } else if (twt_now() - last > g_stall_s) {
-            fprintf(stderr, "rank %d: nothing happened for %.0f s in phase '%s'\n", tw_mp_rank(),
+            fprintf(stderr, "rank %d: nothing happened for %.1f s in phase '%s'\n", tw_mp_rank(),
                     g_stall_s, atomic_load(&g_phase));
             atomic_store(&g_asks, 1);
             if (g_dump != NULL) {
                 g_dump();
             }
             sleep(1); /* the workers' own reports */
-            TW_MP_FAIL("stalled for %.0f s in phase '%s' (see above)", g_stall_s,
+            TW_MP_FAIL("stalled for %.1f s in phase '%s' (see above)", g_stall_s,
                        atomic_load(&g_phase));
         }
     }
@@ -448,6 +448,8 @@ static void tw_mp_on_error(tw_context_t *ctx, int peer, tw_status_t err, const c
         snprintf(e->what, sizeof(e->what), "%s", what != NULL ? what : "");
         atomic_store_explicit(&g_errs[i].ready, 1, memory_order_release);
     }
+    fprintf(stderr, "rank %d: error handler: rank %d, %s (%s)\n", tw_mp_rank(), peer,
+            tw_strerror(err), what != NULL ? what : "");
     tw_mp_tick();
 }
 
