@@ -478,6 +478,17 @@ tw_mp_error_t tw_mp_errors_get(int i)
     return g_errs[i].e;
 }
 
+int tw_mp_errors_for(int peer, tw_status_t status)
+{
+    int n = tw_mp_errors_count(), found = 0;
+
+    for (int i = 0; i < n && i < NKEPT; i++) {
+        tw_mp_error_t e = tw_mp_errors_get(i);
+        found += e.peer == peer && e.status == status;
+    }
+    return found;
+}
+
 tw_mp_error_t tw_mp_errors_expect_once(int peer, tw_status_t status)
 {
     for (int i = 0; i < 200 && tw_mp_errors_count() == 0; i++) {

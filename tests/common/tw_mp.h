@@ -163,6 +163,8 @@ void tw_mp_errors_reset(void);
 int tw_mp_errors_count(void);
 /* The @p i-th call (0 = first; the first 16 are kept). */
 tw_mp_error_t tw_mp_errors_get(int i);
+/* Calls so far that reported @p peer with @p status. Thread: any. */
+int tw_mp_errors_for(int peer, tw_status_t status);
 /* Waits up to 2 s for a first call, then a little for a second one, and
  * checks that the handler ran exactly once, for @p peer, with @p status.
  * Returns that call. */
