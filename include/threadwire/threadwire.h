@@ -433,6 +433,25 @@ TW_API tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn
  */
 TW_API tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out);
 
+/**
+ * The counters of tw_stats_print as one JSON object on one line (ended by
+ * a newline), for scripts and tools to read instead of parsing text:
+ *
+ *     {"threadwire_stats":1,"rank":0,"size":2,"progress":"thread",
+ *      "engines":[{"name":"...","tid":123,"cpus":"0-3","counters":{...}}],
+ *      "ifaces":{"tl:shm":{"tx_msgs":12,...},"lossy:shm":{...},"rel":{...}},
+ *      "msg":{...},"rma":{...},"cq":{...}}
+ *
+ * "threadwire_stats" is the format's version (1); "progress" is "thread"
+ * or "manual"; "ifaces" holds every iface of the stack that counts, by the
+ * name of its counters: transports as "tl:<name>", wrappers by their own
+ * ("rel", "lossy:<inner>"). Every counter is a non-negative integer.
+ * Strings are escaped, so the output is valid JSON whatever they hold.
+ * @return TW_OK; TW_ERR_INVALID (bad ctx or NULL out).
+ * Thread: any (counters are read without stopping traffic).
+ */
+TW_API tw_status_t tw_stats_json(tw_context_t *ctx, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

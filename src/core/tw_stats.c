@@ -146,3 +146,29 @@ void tw_stats_print_group(const tw_stats_t *s, FILE *out)
     }
     fputc('\n', out);
 }
+
+void tw_stats_json_string(const char *str, FILE *out)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)(str != NULL ? str : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            fprintf(out, "\\%c", *p);
+        } else if (*p < 0x20 || *p >= 0x7f) { /* bytes past ASCII too: valid JSON from any input */
+            fprintf(out, "\\u%04x", *p);
+        } else {
+            fputc(*p, out);
+        }
+    }
+    fputc('"', out);
+}
+
+void tw_stats_json_group(const tw_stats_t *s, FILE *out)
+{
+    fputc('{', out);
+    for (unsigned i = 0; i < s->count; i++) {
+        fputs(i > 0 ? "," : "", out);
+        tw_stats_json_string(s->descs[i].name, out);
+        fprintf(out, ":%llu", (unsigned long long)tw_stats_read(s, i));
+    }
+    fputc('}', out);
+}

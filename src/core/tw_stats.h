@@ -49,5 +49,9 @@ void tw_stats_set_source(tw_stats_t *s, uint64_t (*fn)(void *arg, unsigned id), 
 const char *tw_stats_name(const tw_stats_t *s);
 /* "name: a=1 b=2 ..." on one line; zero counters are printed too. */
 void tw_stats_print_group(const tw_stats_t *s, FILE *out);
+/* The same counters as a JSON object: {"a":1,"b":2,...}. */
+void tw_stats_json_group(const tw_stats_t *s, FILE *out);
+/* @p str as a JSON string, quoted and escaped (NULL: ""). */
+void tw_stats_json_string(const char *str, FILE *out);
 
 #endif /* TW_STATS_H */

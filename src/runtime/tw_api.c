@@ -295,3 +295,71 @@ tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
     tw_stats_print_group(impl->cq_stats, out);
     return TW_OK;
 }
+
+/* The ifaces already printed: one stack may reach an iface twice (two
+ * tops over one transport), and a JSON object's names must be unique. */
+typedef struct tw_api_json_walk {
+    FILE *out;
+    const tw_stats_t *seen[32];
+    unsigned nseen;
+} tw_api_json_walk_t;
+
+static int tw_api_json_iface(tw_tl_iface_t *iface, void *arg)
+{
+    tw_api_json_walk_t *w = arg;
+
+    if (iface->stats == NULL) {
+        return 0;
+    }
+    for (unsigned i = 0; i < w->nseen; i++) {
+        if (w->seen[i] == iface->stats) {
+            return 0;
+        }
+    }
+    if (w->nseen < TW_ARRAY_SIZE(w->seen)) {
+        w->seen[w->nseen] = iface->stats;
+    }
+    fputs(w->nseen++ > 0 ? "," : "", w->out);
+    tw_stats_json_string(tw_stats_name(iface->stats), w->out);
+    fputc(':', w->out);
+    tw_stats_json_group(iface->stats, w->out);
+    return 0;
+}
+
+tw_status_t tw_stats_json(tw_context_t *ctx, FILE *out)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_stats_json");
+    tw_api_json_walk_t walk = {.out = out};
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    if (out == NULL) {
+        tw_error("api", "tw_stats_json: NULL stream");
+        return TW_ERR_INVALID;
+    }
+    fprintf(out,
+            "{\"threadwire_stats\":1,\"rank\":%d,\"size\":%d,\"progress\":\"%s\",\"engines\":[",
+            impl->rank, impl->size, impl->manual ? "manual" : "thread");
+    for (unsigned i = 0; i < impl->npe; i++) {
+        fputs(i > 0 ? ",{\"name\":" : "{\"name\":", out);
+        tw_stats_json_string(tw_pe_name(impl->pes[i]), out);
+        fprintf(out, ",\"tid\":%d,\"cpus\":", tw_pe_tid(impl->pes[i]));
+        tw_stats_json_string(tw_pe_binding(impl->pes[i]), out);
+        fputs(",\"counters\":", out);
+        tw_stats_json_group(tw_pe_stats(impl->pes[i]), out);
+        fputc('}', out);
+    }
+    fputs("],\"ifaces\":{", out);
+    for (unsigned i = 0; i < impl->ntop; i++) {
+        (void)tw_tl_walk(impl->tops[i], tw_api_json_iface, &walk);
+    }
+    fputs("},\"msg\":", out);
+    tw_stats_json_group(tw_msg_stats(impl->msg), out);
+    fputs(",\"rma\":", out);
+    tw_stats_json_group(tw_rma_stats(tw_msg_rma(impl->msg)), out);
+    fputs(",\"cq\":", out);
+    tw_stats_json_group(impl->cq_stats, out);
+    fputs("}\n", out);
+    return TW_OK;
+}

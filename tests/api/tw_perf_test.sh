@@ -8,8 +8,10 @@
 # pairings, manual progress, eager and rendezvous sizes.
 # With twrun given, a job of 2 either measures or fails with the clear
 # "operation not supported" message of a build without an inter-process
-# transport; and again over TCP with --stats; the one-sided tests over shm
-# and tcp, with progress threads and in manual mode.
+# transport; and again over TCP with --stats=json (read by
+# tests/common/twt_stats.py), --stats keeping the text report; the
+# one-sided tests over shm and tcp, with progress threads and in manual
+# mode.
 #   tw_perf_test.sh TW_PERF [TWRUN]
 set -euo pipefail
 perf=$1
@@ -19,6 +21,7 @@ n=$((2000 / scale)) # small-message iterations
 nb=$((200 / scale)) # bw iterations (16 KiB x 32 per iteration)
 nr=$((50 / scale + 1)) # one-sided iterations per size
 rma=put_lat,put_bw,get_lat,get_bw
+stats="$(dirname "$0")/../common/twt_stats.py"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -147,25 +150,28 @@ if [ -n "$twrun" ]; then
   check_all_row lat
   check_all_row bw
   # Over TCP, with each rank's counters: the messages went through tcp.
+  out=$(TW_TRANSPORTS=tcp "$twrun" -n 2 "$perf" -x lat -n "$nb" --stats=json 2>&1) ||
+    { echo "$out"; fail "TW_TRANSPORTS=tcp twrun -n 2 tw_perf --stats=json failed"; }
+  check_all_row lat
+  "$stats" - 'all ifaces/tl:tcp/tx_msgs >= 1' 'none ifaces/tl:shm' <<<"$out" ||
+    { echo "$out"; fail "--stats=json: want both ranks' tcp counters with traffic, no shm"; }
+  # --stats stays the text report.
   out=$(TW_TRANSPORTS=tcp "$twrun" -n 2 "$perf" -x lat -n "$nb" --stats 2>&1) ||
     { echo "$out"; fail "TW_TRANSPORTS=tcp twrun -n 2 tw_perf --stats failed"; }
-  check_all_row lat
   [ "$(grep -c -E 'tl:tcp: tx_msgs=[1-9]' <<<"$out")" = 2 ] ||
-    { echo "$out"; fail "--stats: want both ranks' tcp counters with traffic"; }
+    { echo "$out"; fail "--stats: want both ranks' tcp counters in the text report"; }
   # One-sided between two processes: shm and tcp, progress threads and
   # manual progress (where the responder's wait serves the operations).
   for tl in shm tcp; do
     for p in -1 0; do
       out=$(TW_TRANSPORTS=$tl "$twrun" -n 2 "$perf" -x "$rma" -t 2 -s 8:64k -n "$nr" -w 8 \
-        -p "$p" --stats 2>&1) ||
+        -p "$p" --stats=json 2>&1) ||
         { echo "$out"; fail "TW_TRANSPORTS=$tl twrun -n 2 tw_perf -x $rma -p $p failed"; }
       check_rma_rows 14
       # rank 0 posted the operations, rank 1 served them (emulated)
-      if ! grep -qE '^  rma: puts=[1-9][0-9]* .* gets=[1-9][0-9]* .* flushes=[1-9]' <<<"$out" ||
-        ! grep -qE '^  rma: .* served=[1-9]' <<<"$out"; then
-        echo "$out"
-        fail "TW_TRANSPORTS=$tl -p $p: --stats shows no one-sided traffic"
-      fi
+      "$stats" - 'rank 0 rma/puts >= 1' 'rank 0 rma/gets >= 1' 'rank 0 rma/flushes >= 1' \
+        'rank 1 rma/served >= 1' "all ifaces/tl:$tl/tx_msgs >= 1" <<<"$out" ||
+        { echo "$out"; fail "TW_TRANSPORTS=$tl -p $p: --stats=json shows no one-sided traffic"; }
     done
   done
 fi

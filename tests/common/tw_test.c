@@ -149,3 +149,11 @@ int twt_cases_main(int argc, char **argv, const twt_case_t *cases, size_t n)
     }
     return 0;
 }
+
+_Noreturn void twt_exit_failed(void)
+{
+    fputc('\n', stderr);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(1);
+}

@@ -36,16 +36,25 @@
         }                                                                   \
     } while (0)
 
-/* TWT_CHECKF naming the rank of a multi-process test. */
+/* TWT_CHECKF naming the rank of a multi-process test. Safe from any
+ * thread: it flushes stdio and ends the process with _exit (no exit
+ * handler runs while the library's threads still do). */
+#define TWT_RANK_FAIL(rank, ...)                                               \
+    do {                                                                       \
+        fprintf(stderr, "FAIL rank %d (%s:%d): ", (rank), __FILE__, __LINE__); \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        twt_exit_failed();                                                     \
+    } while (0)
 #define TWT_RANK_CHECK(rank, cond, ...)                                                       \
     do {                                                                                      \
         if (!(cond)) {                                                                        \
             fprintf(stderr, "FAIL rank %d (%s:%d): %s: ", (rank), __FILE__, __LINE__, #cond); \
             fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-            exit(1);                                                                          \
+            twt_exit_failed();                                                                \
         }                                                                                     \
     } while (0)
+/* Ends the line, flushes stdout and stderr, and _exit(1)s. */
+_Noreturn void twt_exit_failed(void);
 
 /* a == b for integers, printing both on failure. */
 #define TWT_EQ(a, b)                                                                             \

@@ -21,57 +21,63 @@
 #                                                  tcp, and back to shm once probes answer
 #
 # Message counts are divided by TWTEST_SCALE inside test_alltoall. The
-# counters come from tw_stats_print (--stats): the injector's
-# (lossy:<transport>) prove the faults happened, rel's show the repairs.
+# counters come from tw_stats_json (--stats=json), asserted through
+# tests/common/twt_stats.py: the injector's (lossy:<transport>) prove the
+# faults happened, rel's show the repairs.
 set -eu
 twrun=$1 prog=$2 case=$3 tl=${4:-shm}
+stats="$(dirname "$0")/../common/twt_stats.py"
 
 fail() { echo "$out" | tail -40; echo "FAIL: $*"; exit 1; }
-# sum of counter $1 over the ranks' lines matching $2
-sum() { grep -E "$2" <<<"$out" | grep -o " $1=[0-9]*" | cut -d= -f2 | awk '{s+=$1} END {print s+0}'; }
+# every query holds over the ranks' counters (twt_stats.py says which not)
+check() { "$stats" - "$@" <<<"$out" || fail "counters: see twt_stats above"; }
+# counter PATH (ifaces/rel/retransmits): summed over the ranks, or rank $2's
+sum() { "$stats" - "print sum $1" <<<"$out"; }
+of_rank() { "$stats" - "print rank $2 $1" <<<"$out"; }
 run() { out=$("$twrun" "$@" 2>&1) || fail "job failed: $*"; }
 
 export TW_RELIABLE=1
 case $case in
 b1)
   export TW_TRANSPORTS=$tl TW_FAULT=drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=${TWTEST_SEED:-42}
-  run -n 2 "$prog" -t 4 -m 1250 --max-size 256k --stats
+  run -n 2 "$prog" -t 4 -m 1250 --max-size 256k --stats=json
+  # the faults happened; rel repaired them; nobody was failed
   for k in dropped corrupted duplicated reordered; do
-    [ "$(sum $k "lossy:$tl:")" -gt 0 ] || fail "no frame was $k: the faults did not happen"
+    check "sum ifaces/lossy:$tl/$k > 0"
   done
   for k in retransmits crc_failures duplicates; do
-    [ "$(sum $k 'rel:')" -gt 0 ] || fail "rel counted no $k: did it repair anything?"
+    check "sum ifaces/rel/$k > 0"
   done
-  [ "$(sum peer_failures 'rel:')" = 0 ] || fail "a peer was declared failed"
+  check 'all ifaces/rel/peer_failures == 0'
   echo "b1 over $tl: $(grep -c 'intact exactly once' <<<"$out") ranks got every message intact," \
-    "once, in order; injected: dropped $(sum dropped "lossy:$tl:"), corrupted" \
-    "$(sum corrupted "lossy:$tl:"), duplicated $(sum duplicated "lossy:$tl:"), reordered" \
-    "$(sum reordered "lossy:$tl:"); rel: retransmits $(sum retransmits 'rel:'), checksum" \
-    "failures $(sum crc_failures 'rel:'), duplicates dropped $(sum duplicates 'rel:')"
+    "once, in order; injected: dropped $(sum "ifaces/lossy:$tl/dropped"), corrupted" \
+    "$(sum "ifaces/lossy:$tl/corrupted"), duplicated $(sum "ifaces/lossy:$tl/duplicated")," \
+    "reordered $(sum "ifaces/lossy:$tl/reordered"); rel: retransmits" \
+    "$(sum ifaces/rel/retransmits), checksum failures $(sum ifaces/rel/crc_failures)," \
+    "duplicates dropped $(sum ifaces/rel/duplicates)"
   ;;
 b2)
   # tx only: each frame is lost with p = 0.3 once, in both directions.
   # Test timers: with 30% of frames lost, backoff past 20 ms only slows
   # the test down.
   export TW_TRANSPORTS=$tl TW_FAULT=tx.drop=0.3,seed=${TWTEST_SEED:-7} TW_REL_RTO_MAX=20ms
-  run -n 2 "$prog" -t 4 -m 320 --max-size 64k --stats
+  run -n 2 "$prog" -t 4 -m 320 --max-size 64k --stats=json
   for r in 0 1; do
-    line=$(grep -E "rel:" <<<"$out" | sed -n "$((r + 1))p")
-    sent=$(grep -o ' frags_sent=[0-9]*' <<<"$line" | cut -d= -f2)
-    re=$(grep -o ' retransmits=[0-9]*' <<<"$line" | cut -d= -f2)
+    sent=$(of_rank ifaces/rel/frags_sent $r)
+    re=$(of_rank ifaces/rel/retransmits $r)
     first=$((sent - re))
     # ideal: each fragment needs 1 / (1 - p) transmissions
     ideal=$((first * 3 / 7))
     [ "$re" -le $((3 * ideal)) ] ||
-      fail "rank report $r: $re retransmissions of $first fragments, over 3x the ideal $ideal"
+      fail "rank $r: $re retransmissions of $first fragments, over 3x the ideal $ideal"
     echo "b2 over $tl: $first fragments, $re retransmissions, ideal $ideal" \
       "($(awk -v a="$re" -v b="$ideal" 'BEGIN {printf "%.2f", a / b}')x)"
   done
   ;;
 b4)
   export TW_TRANSPORTS=$tl TW_FAULT=drop=0.05,seed=${TWTEST_SEED:-3} TW_REL_SEQ_START=4294966996
-  run -n 2 "$prog" -t 4 -m 625 --max-size 64k --stats
-  [ "$(sum retransmits 'rel:')" -gt 0 ] || fail "no retransmission"
+  run -n 2 "$prog" -t 4 -m 625 --max-size 64k --stats=json
+  check 'sum ifaces/rel/retransmits > 0'
   echo "b4: sequence numbers from 2^32 - 300 through the wrap with 5% drop:" \
     "$(grep -c 'intact exactly once' <<<"$out") ranks got every message once, in order"
   ;;
@@ -90,15 +96,14 @@ b8)
   export TW_TRANSPORTS=shm,tcp TW_FAULT_ON=shm TW_FAULT_RANKS=0 TW_REL_PATH_TIMEOUT=$timeout \
     TW_REL_RTO_MAX=40ms
   seed=${TWTEST_SEED:-11}
-  args=(-n 3 "$prog" -t 2 -m 400 --max-size 64k --stats)
+  args=(-n 3 "$prog" -t 2 -m 400 --max-size 64k --stats=json)
   for i in $(seq 1 "${TWTEST_B8_RUNS:-20}"); do
     n=$((((seed * 7919 + i * 104729) % 1500 + 50) / ${TWTEST_SCALE:-1} + 1))
     export TW_FAULT=blackhole_after=$n
     run "${args[@]}" --max-stall $stall
-    fo=$(sum failovers 'rel:')
-    [ "$fo" -ge 1 ] || fail "run $i (dark after $n frames): no failover"
-    [ "$(sum peer_failures 'rel:')" = 0 ] || fail "run $i: a peer was declared failed"
-    [ "$(sum blackholed 'lossy:shm:')" -gt 0 ] || fail "run $i: nothing was blackholed"
+    check 'sum ifaces/rel/failovers >= 1' 'all ifaces/rel/peer_failures == 0' \
+      'rank 0 ifaces/lossy:shm/blackholed > 0'
+    fo=$(sum ifaces/rel/failovers)
     echo "b8 run $i: shm of rank 0 dark after $n frames: $fo failovers, no stall over $stall s," \
       "every message once, no error"
   done
@@ -108,12 +113,12 @@ failback)
     TW_REL_RTO_MAX=10ms TW_REL_PROBE=10ms TW_FAULT=blackhole=20ms,blackhole_for=100ms
   # Long enough to outlast the blackhole and the probes in every build
   # (a Release build streams 24000 messages in 0.35 s).
-  run -n 2 "$prog" -t 2 -m 24000 --max-size 16k --stats
-  [ "$(sum failovers 'rel:')" -ge 1 ] || fail "no failover"
-  [ "$(sum failbacks 'rel:')" -ge 1 ] || fail "no fail-back: did the run end before the shm path healed?"
-  [ "$(sum peer_failures 'rel:')" = 0 ] || fail "a peer was declared failed"
-  echo "failback: rank 0's shm dark from 20 to 120 ms: $(sum failovers 'rel:') failovers," \
-    "$(sum failbacks 'rel:') fail-backs, every message once, in order, no error"
+  run -n 2 "$prog" -t 2 -m 24000 --max-size 16k --stats=json
+  check 'sum ifaces/rel/failovers >= 1' 'all ifaces/rel/peer_failures == 0'
+  # no fail-back: did the run end before the shm path healed?
+  check 'sum ifaces/rel/failbacks >= 1'
+  echo "failback: rank 0's shm dark from 20 to 120 ms: $(sum ifaces/rel/failovers) failovers," \
+    "$(sum ifaces/rel/failbacks) fail-backs, every message once, in order, no error"
   ;;
 *)
   echo "rel_test.sh: unknown case $case"

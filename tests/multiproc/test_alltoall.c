@@ -4,6 +4,7 @@
  * All-to-all between every thread of every rank, through the public API.
  *
  *   twrun -n N test_alltoall [-t THREADS] [-m MSGS] [--max-size BYTES] [--seed S]
+ *                            [--max-stall S] [--stats[=json]]
  *
  * (-n 1 works too: the rank sends to itself.) Every rank runs THREADS
  * workers (default 4), each with its own CQ. Worker s of rank r sends MSGS
@@ -51,12 +52,11 @@
  * Exit 0 only when every count matches.
  */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "threadwire/threadwire.h"
-#include "tw_test.h"
+#include "tw_mp.h"
 
 #define MAX_THREADS 64
 #define MAX_RANKS   256
@@ -82,15 +82,6 @@ static const char *const cls_name[NCLS] = {"exact", "channel", "masked", "any-so
 #define MASK_STHR_SEQ ((0xffull << 48) | MASK_SEQ)
 #define BARRIER_TAG   TAG(0xff, 0xff, CLS_BARRIER, 0)
 
-#define A2A_FAIL(...)                                                          \
-    do {                                                                       \
-        fprintf(stderr, "FAIL rank %d (%s:%d): ", g_rank, __FILE__, __LINE__); \
-        fprintf(stderr, __VA_ARGS__);                                          \
-        fputc('\n', stderr);                                                   \
-        exit(1);                                                               \
-    } while (0)
-#define A2A_CHECK(cond, ...) TWT_RANK_CHECK(g_rank, cond, __VA_ARGS__)
-
 /* The plan of one message, identical on every rank. */
 typedef struct plan {
     uint32_t size;
@@ -103,9 +94,9 @@ static int g_rank, g_size;
 static unsigned g_threads;
 static uint32_t g_msgs; /* per (sender thread, destination rank) */
 static uint32_t g_max_size, g_wild_max;
-static uint64_t g_seed = 1;
-static double g_max_stall = 30.0; /* s without a completion: a failure */
-static plan_t *g_plan;            /* [src rank][src thread][dst rank][seq] */
+static uint64_t g_seed;
+static double g_max_stall; /* s without a completion in a thread: a failure */
+static plan_t *g_plan;     /* [src rank][src thread][dst rank][seq] */
 static tw_context_t *g_ctx;
 
 static plan_t *plan_of(int r, unsigned s, int d, uint32_t seq)
@@ -145,7 +136,7 @@ static void build_plan(void)
     size_t n = (size_t)g_size * g_threads * (size_t)g_size * g_msgs;
 
     g_plan = calloc(n, sizeof(plan_t));
-    A2A_CHECK(g_plan != NULL, "plan of %zu messages", n);
+    TW_MP_CHECK(g_plan != NULL, "plan of %zu messages", n);
     for (int r = 0; r < g_size; r++) {
         for (unsigned s = 0; s < g_threads; s++) {
             uint64_t rng = g_seed ^ ((uint64_t)r << 40) ^ ((uint64_t)s << 20) ^ 0xa11a11ull;
@@ -254,14 +245,14 @@ static void plan_receives(worker_t *w)
     size_t nsrc = (size_t)g_size * g_threads;
 
     w->srcs = calloc(nsrc, sizeof(src_state_t));
-    A2A_CHECK(w->srcs != NULL, "no memory");
+    TW_MP_CHECK(w->srcs != NULL, "no memory");
     for (int r = 0; r < g_size; r++) {
         for (unsigned s = 0; s < g_threads; s++) {
             src_state_t *ss = &w->srcs[(size_t)r * g_threads + s];
             ss->exact = calloc(g_msgs, sizeof(uint32_t));
             ss->masked_res = calloc(g_msgs, sizeof(uint32_t));
             ss->got = calloc(g_msgs, 1);
-            A2A_CHECK(ss->exact && ss->masked_res && ss->got, "no memory");
+            TW_MP_CHECK(ss->exact && ss->masked_res && ss->got, "no memory");
             for (uint32_t i = 0; i < g_msgs; i++) {
                 const plan_t *p = plan_of(r, s, g_rank, i);
                 if (p->dthr != w->id) {
@@ -279,17 +270,17 @@ static void plan_receives(worker_t *w)
         }
     }
     w->any_res64 = calloc(w->nany + 1, sizeof(uint64_t));
-    A2A_CHECK(w->any_res64 != NULL, "no memory");
+    TW_MP_CHECK(w->any_res64 != NULL, "no memory");
     w->send_total = (uint64_t)g_size * g_msgs;
 }
 
 static rreq_t *rreq_new(uint8_t cls, int src, unsigned sthr, size_t buflen)
 {
     rreq_t *q = malloc(sizeof(*q));
-    A2A_CHECK(q != NULL, "no memory");
+    TW_MP_CHECK(q != NULL, "no memory");
     *q = (rreq_t){.cls = cls, .src = src, .sthr = sthr, .buflen = buflen};
     q->buf = malloc(buflen + 1); /* never NULL, also for 0 bytes */
-    A2A_CHECK(q->buf != NULL, "no memory for %zu bytes", buflen);
+    TW_MP_CHECK(q->buf != NULL, "no memory for %zu bytes", buflen);
     return q;
 }
 
@@ -319,7 +310,7 @@ static bool post_receives(worker_t *w)
                     rreq_free(q);
                     return did;
                 }
-                A2A_CHECK(st == TW_OK, "tw_recv exact: %s", tw_strerror(st));
+                TW_MP_CHECK(st == TW_OK, "tw_recv exact: %s", tw_strerror(st));
                 ss->exact_next++;
                 ss->exact_out++;
                 did = true;
@@ -333,7 +324,7 @@ static bool post_receives(worker_t *w)
                     rreq_free(q);
                     return did;
                 }
-                A2A_CHECK(st == TW_OK, "tw_recv masked: %s", tw_strerror(st));
+                TW_MP_CHECK(st == TW_OK, "tw_recv masked: %s", tw_strerror(st));
                 ss->masked_posted++;
                 ss->masked_out++;
                 did = true;
@@ -349,7 +340,7 @@ static bool post_receives(worker_t *w)
             rreq_free(q);
             return did;
         }
-        A2A_CHECK(st == TW_OK, "tw_recv any-source: %s", tw_strerror(st));
+        TW_MP_CHECK(st == TW_OK, "tw_recv any-source: %s", tw_strerror(st));
         w->any_posted++;
         w->any_out++;
         did = true;
@@ -367,9 +358,9 @@ static bool post_sends(worker_t *w)
         int d = (int)((w->send_next + (uint64_t)g_rank + w->id + seq) % (uint64_t)g_size);
         const plan_t *p = plan_of(g_rank, w->id, d, seq);
         sreq_t *q = malloc(sizeof(*q));
-        A2A_CHECK(q != NULL, "no memory");
+        TW_MP_CHECK(q != NULL, "no memory");
         *q = (sreq_t){.dst = d, .seq = seq, .buf = malloc(p->size + 1)};
-        A2A_CHECK(q->buf != NULL, "no memory for %u bytes", p->size);
+        TW_MP_CHECK(q->buf != NULL, "no memory for %u bytes", p->size);
         fill_msg(q->buf, p->size, g_rank, w->id, d, seq);
         tw_status_t st =
             tw_send(g_ctx, d, TAG(p->dthr, w->id, p->cls, p->cls == CLS_CHAN ? 0 : seq), q->buf,
@@ -379,7 +370,7 @@ static bool post_sends(worker_t *w)
             free(q);
             break;
         }
-        A2A_CHECK(st == TW_OK, "tw_send to rank %d: %s", d, tw_strerror(st));
+        TW_MP_CHECK(st == TW_OK, "tw_send to rank %d: %s", d, tw_strerror(st));
         w->send_next++;
         w->send_out++;
         w->bytes_sent += p->size;
@@ -404,30 +395,30 @@ static void check_recv(worker_t *w, const tw_completion_t *c)
     rreq_t *q = c->user;
     const char *kind = cls_name[q->cls];
 
-    A2A_CHECK(c->status == TW_OK || c->status == TW_ERR_TRUNCATED, "%s receive: %s", kind,
-              tw_strerror(c->status));
+    TW_MP_CHECK(c->status == TW_OK || c->status == TW_ERR_TRUNCATED, "%s receive: %s", kind,
+                tw_strerror(c->status));
     int r = c->peer;
     unsigned sthr = TAG_STHR(c->tag);
-    A2A_CHECK(r >= 0 && r < g_size, "%s receive: source %d", kind, r);
-    A2A_CHECK(TAG_DTHR(c->tag) == w->id && TAG_CLS(c->tag) == q->cls && sthr < g_threads,
-              "%s receive matched tag %016llx", kind, (unsigned long long)c->tag);
+    TW_MP_CHECK(r >= 0 && r < g_size, "%s receive: source %d", kind, r);
+    TW_MP_CHECK(TAG_DTHR(c->tag) == w->id && TAG_CLS(c->tag) == q->cls && sthr < g_threads,
+                "%s receive matched tag %016llx", kind, (unsigned long long)c->tag);
     if (q->cls != CLS_ANY) {
-        A2A_CHECK(r == q->src && sthr == q->sthr,
-                  "%s receive for (rank %d, thread %u) matched (rank %d, thread %u)", kind, q->src,
-                  q->sthr, r, sthr);
+        TW_MP_CHECK(r == q->src && sthr == q->sthr,
+                    "%s receive for (rank %d, thread %u) matched (rank %d, thread %u)", kind,
+                    q->src, q->sthr, r, sthr);
     }
     uint32_t seq;
     if (q->cls == CLS_EXACT) {
-        A2A_CHECK(c->tag == TAG(w->id, q->sthr, CLS_EXACT, q->seq), "exact tag %016llx",
-                  (unsigned long long)c->tag);
+        TW_MP_CHECK(c->tag == TAG(w->id, q->sthr, CLS_EXACT, q->seq), "exact tag %016llx",
+                    (unsigned long long)c->tag);
         seq = q->seq;
     } else if (q->cls == CLS_CHAN) {
-        A2A_CHECK(c->tag == TAG(w->id, q->sthr, CLS_CHAN, 0), "channel tag %016llx",
-                  (unsigned long long)c->tag);
+        TW_MP_CHECK(c->tag == TAG(w->id, q->sthr, CLS_CHAN, 0), "channel tag %016llx",
+                    (unsigned long long)c->tag);
         seq = q->seq; /* what the channel must deliver now */
     } else {
         seq = TAG_SEQ(c->tag);
-        A2A_CHECK(seq < g_msgs, "%s receive: seq %u", kind, seq);
+        TW_MP_CHECK(seq < g_msgs, "%s receive: seq %u", kind, seq);
     }
     const plan_t *p = plan_of(r, sthr, g_rank, seq);
     size_t n = p->size < q->buflen ? p->size : q->buflen;
@@ -437,27 +428,27 @@ static void check_recv(worker_t *w, const tw_completion_t *c)
         if (other != 0) {
             describe_header(other, what, sizeof(what));
         }
-        A2A_FAIL("thread %u, %s receive for (rank %d, thread %u, seq %u, %u bytes) got %s%s", w->id,
-                 kind, r, sthr, seq, p->size, what,
-                 q->cls == CLS_CHAN && other != 0 ? ": overtaking on the channel" : "");
+        TW_MP_FAIL("thread %u, %s receive for (rank %d, thread %u, seq %u, %u bytes) got %s%s",
+                   w->id, kind, r, sthr, seq, p->size, what,
+                   q->cls == CLS_CHAN && other != 0 ? ": overtaking on the channel" : "");
     }
-    A2A_CHECK(p->dthr == w->id && p->cls == q->cls,
-              "(rank %d, thread %u, seq %u) was meant for thread %u class %u", r, sthr, seq,
-              p->dthr, p->cls);
-    A2A_CHECK(c->length == p->size, "%s (rank %d, thread %u, seq %u): length %zu, sent %u%s", kind,
-              r, sthr, seq, c->length, p->size,
-              q->cls == CLS_CHAN ? " (overtaking on the channel?)" : "");
+    TW_MP_CHECK(p->dthr == w->id && p->cls == q->cls,
+                "(rank %d, thread %u, seq %u) was meant for thread %u class %u", r, sthr, seq,
+                p->dthr, p->cls);
+    TW_MP_CHECK(c->length == p->size, "%s (rank %d, thread %u, seq %u): length %zu, sent %u%s",
+                kind, r, sthr, seq, c->length, p->size,
+                q->cls == CLS_CHAN ? " (overtaking on the channel?)" : "");
     if (p->size > q->buflen) {
-        A2A_CHECK(c->status == TW_ERR_TRUNCATED, "%u bytes into %zu: %s", p->size, q->buflen,
-                  tw_strerror(c->status));
+        TW_MP_CHECK(c->status == TW_ERR_TRUNCATED, "%u bytes into %zu: %s", p->size, q->buflen,
+                    tw_strerror(c->status));
         w->truncated++;
     } else {
-        A2A_CHECK(c->status == TW_OK, "%u bytes into %zu: %s", p->size, q->buflen,
-                  tw_strerror(c->status));
+        TW_MP_CHECK(c->status == TW_OK, "%u bytes into %zu: %s", p->size, q->buflen,
+                    tw_strerror(c->status));
     }
     src_state_t *ss = &w->srcs[(size_t)r * g_threads + sthr];
-    A2A_CHECK(!ss->got[seq], "duplicate (rank %d, thread %u, seq %u) at thread %u", r, sthr, seq,
-              w->id);
+    TW_MP_CHECK(!ss->got[seq], "duplicate (rank %d, thread %u, seq %u) at thread %u", r, sthr, seq,
+                w->id);
     ss->got[seq] = 1;
     switch (q->cls) {
     case CLS_EXACT:
@@ -486,11 +477,11 @@ static void check_completion(worker_t *w, const tw_completion_t *c)
         check_recv(w, c);
         return;
     }
-    A2A_CHECK(c->op == TW_OP_SEND, "completion of op %d", (int)c->op);
+    TW_MP_CHECK(c->op == TW_OP_SEND, "completion of op %d", (int)c->op);
     sreq_t *q = c->user;
-    A2A_CHECK(c->status == TW_OK, "send of seq %u to rank %d: %s", q->seq, q->dst,
-              tw_strerror(c->status));
-    A2A_CHECK(c->peer == q->dst, "send to rank %d completed for peer %d", q->dst, c->peer);
+    TW_MP_CHECK(c->status == TW_OK, "send of seq %u to rank %d: %s", q->seq, q->dst,
+                tw_strerror(c->status));
+    TW_MP_CHECK(c->peer == q->dst, "send to rank %d completed for peer %d", q->dst, c->peer);
     free(q->buf);
     free(q);
     w->send_out--;
@@ -524,26 +515,27 @@ static void *worker_main(void *arg)
     unsigned depth = (unsigned)((size_t)g_size * g_threads * (KE + K2) + K3 + SEND_WINDOW + 8);
     double last = twt_now();
 
-    A2A_CHECK(tw_cq_create(g_ctx, depth, &w->cq) == TW_OK, "tw_cq_create");
+    TW_MP_CHECK(tw_cq_create(g_ctx, depth, &w->cq) == TW_OK, "tw_cq_create");
     while (w->received < w->expect || w->sent < w->send_total) {
         bool did = post_receives(w);
         did |= post_sends(w);
         tw_progress(g_ctx); /* manual mode needs it; a no-op with progress threads */
         int n = did ? tw_cq_poll(w->cq, comps, 32) : tw_cq_wait(w->cq, comps, 32, 100);
-        A2A_CHECK(n >= 0, "tw_cq_wait returned %d", n);
+        TW_MP_CHECK(n >= 0, "tw_cq_wait returned %d", n);
         for (int i = 0; i < n; i++) {
             check_completion(w, &comps[i]);
         }
         if (n > 0) {
             last = twt_now();
+            tw_mp_tick();
         } else if (twt_now() - last > g_max_stall) {
             dump_state(w);
-            A2A_FAIL("thread %u: no completion for %.1f s", w->id, g_max_stall);
+            TW_MP_FAIL("thread %u: no completion for %.1f s", w->id, g_max_stall);
         }
     }
-    A2A_CHECK(tw_cq_poll(w->cq, comps, 32) == 0, "completion after the last one");
+    TW_MP_CHECK(tw_cq_poll(w->cq, comps, 32) == 0, "completion after the last one");
     tw_status_t st = tw_cq_destroy(w->cq);
-    A2A_CHECK(st == TW_OK, "tw_cq_destroy: %s", tw_strerror(st));
+    TW_MP_CHECK(st == TW_OK, "tw_cq_destroy: %s", tw_strerror(st));
     return NULL;
 }
 
@@ -556,176 +548,81 @@ static void verify_worker(const worker_t *w)
             const src_state_t *ss = &w->srcs[(size_t)r * g_threads + s];
             for (uint32_t i = 0; i < g_msgs; i++) {
                 bool mine = plan_of(r, s, g_rank, i)->dthr == w->id;
-                A2A_CHECK(ss->got[i] == mine, "(rank %d, thread %u, seq %u) %s at thread %u", r, s,
-                          i, mine ? "lost" : "delivered to the wrong thread", w->id);
+                TW_MP_CHECK(ss->got[i] == mine, "(rank %d, thread %u, seq %u) %s at thread %u", r,
+                            s, i, mine ? "lost" : "delivered to the wrong thread", w->id);
             }
             for (uint32_t k = 1; k < ss->nmasked; k++) {
-                A2A_CHECK(ss->masked_res[k] > ss->masked_res[k - 1],
-                          "masked receives from (rank %d, thread %u): seq %u after %u", r, s,
-                          ss->masked_res[k], ss->masked_res[k - 1]);
+                TW_MP_CHECK(ss->masked_res[k] > ss->masked_res[k - 1],
+                            "masked receives from (rank %d, thread %u): seq %u after %u", r, s,
+                            ss->masked_res[k], ss->masked_res[k - 1]);
             }
         }
     }
     size_t nsrc = (size_t)g_size * g_threads;
     int64_t *last = malloc(nsrc * sizeof(int64_t));
-    A2A_CHECK(last != NULL, "no memory");
+    TW_MP_CHECK(last != NULL, "no memory");
     for (size_t i = 0; i < nsrc; i++) {
         last[i] = -1;
     }
     for (uint32_t k = 0; k < w->nany; k++) {
         size_t src = (size_t)(w->any_res64[k] >> 32);
         int64_t seq = (int64_t)(w->any_res64[k] & 0xffffffffu);
-        A2A_CHECK(seq > last[src],
-                  "any-source receives: (rank %zu, thread %zu) seq %lld after %lld",
-                  src / g_threads, src % g_threads, (long long)seq, (long long)last[src]);
+        TW_MP_CHECK(seq > last[src],
+                    "any-source receives: (rank %zu, thread %zu) seq %lld after %lld",
+                    src / g_threads, src % g_threads, (long long)seq, (long long)last[src]);
         last[src] = seq;
     }
     free(last);
 }
 
-/* 0-byte messages to and from every rank: nobody finalizes while others
- * still send to it or pull from it. */
-static void barrier(void)
-{
-    tw_cq_t *cq;
-    tw_completion_t c[16];
-    char dummy[1];
-    int want = 2 * g_size, got = 0;
-    double last = twt_now();
-
-    A2A_CHECK(tw_cq_create(g_ctx, (unsigned)want, &cq) == TW_OK, "barrier CQ");
-    for (int r = 0; r < g_size; r++) {
-        tw_status_t st = tw_recv(g_ctx, r, BARRIER_TAG, 0, dummy, 0, cq, NULL);
-        A2A_CHECK(st == TW_OK, "barrier recv from %d: %s", r, tw_strerror(st));
-    }
-    for (int r = 0; r < g_size; r++) {
-        tw_status_t st = tw_send(g_ctx, r, BARRIER_TAG, dummy, 0, cq, dummy);
-        A2A_CHECK(st == TW_OK, "barrier send to %d: %s", r, tw_strerror(st));
-    }
-    while (got < want) {
-        tw_progress(g_ctx);
-        int n = tw_cq_wait(cq, c, 16, 100);
-        A2A_CHECK(n >= 0, "tw_cq_wait");
-        for (int i = 0; i < n; i++) {
-            A2A_CHECK(c[i].status == TW_OK && c[i].length == 0, "barrier %s with rank %d: %s",
-                      c[i].op == TW_OP_SEND ? "send" : "recv", c[i].peer, tw_strerror(c[i].status));
-        }
-        got += n;
-        if (n > 0) {
-            last = twt_now();
-        } else if (twt_now() - last > g_max_stall) {
-            A2A_FAIL("barrier: %d of %d completions after %.1f s", got, want, g_max_stall);
-        }
-    }
-    A2A_CHECK(tw_cq_destroy(cq) == TW_OK, "barrier CQ destroy");
-}
-
-static uint32_t parse_size(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end == 'k' || *end == 'K') {
-        v <<= 10;
-        end++;
-    } else if (*end == 'm' || *end == 'M') {
-        v <<= 20;
-        end++;
-    }
-    if (*end != '\0' || v > (1ull << 30)) {
-        fprintf(stderr, "bad size '%s' (bytes, or with k/m; at most 1 GiB)\n", s);
-        exit(2);
-    }
-    return (uint32_t)v;
-}
-
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: test_alltoall [-t THREADS] [-m MSGS] [--max-size BYTES[k|m]] "
-                 "[--seed S] [--stats] [--max-stall S]\n"
-                 "  -t, --threads   workers per rank (4)\n"
-                 "  -m, --messages  messages per worker to each rank (64, / TWTEST_SCALE)\n"
-                 "  --max-size      largest message (4m)\n"
-                 "  --seed          plan and payload seed (1)\n"
-                 "  --stats         print tw_stats_print's report before tw_finalize\n"
-                 "  --max-stall     seconds a thread may go without a completion (30)\n");
-}
-
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"threads", required_argument, NULL, 't'},  {"messages", required_argument, NULL, 'm'},
-        {"max-size", required_argument, NULL, 'S'}, {"seed", required_argument, NULL, 's'},
-        {"stats", no_argument, NULL, 'P'},          {"max-stall", required_argument, NULL, 'X'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
-    bool stats = false;
-    unsigned long threads = 4;
-    uint64_t msgs = 64;
-    int opt;
+    tw_mp_opts_t o = {.threads = 4,
+                      .max_threads = MAX_THREADS,
+                      .messages = 64,
+                      .max_size = 4u << 20,
+                      .seed = 1,
+                      .stall_s = 30};
 
-    g_max_size = 4u << 20;
-    while ((opt = getopt_long(argc, argv, "t:m:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 't':
-            threads = strtoul(optarg, NULL, 10);
-            break;
-        case 'm':
-            msgs = strtoull(optarg, NULL, 10);
-            break;
-        case 'S':
-            g_max_size = parse_size(optarg);
-            break;
-        case 's':
-            g_seed = strtoull(optarg, NULL, 0);
-            break;
-        case 'P':
-            stats = true;
-            break;
-        case 'X':
-            g_max_stall = strtod(optarg, NULL);
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (threads < 1 || threads > MAX_THREADS || msgs < 1 || msgs > (1u << 24)) {
-        usage(stderr);
-        return 2;
-    }
-    g_threads = (unsigned)threads;
-    g_msgs = (uint32_t)twt_scaled(msgs, 2);
+    tw_mp_parse(argc, argv, "test_alltoall",
+                TW_MP_THREADS | TW_MP_MESSAGES | TW_MP_MAX_SIZE | TW_MP_SEED | TW_MP_STALL |
+                    TW_MP_STATS,
+                NULL, 0, &o);
+    TWT_CHECKF(o.messages <= (1u << 24), "at most %u messages", 1u << 24);
+    g_threads = o.threads;
+    g_msgs = (uint32_t)twt_scaled(o.messages, 2);
+    g_max_size = (uint32_t)o.max_size;
+    g_seed = o.seed;
+    g_max_stall = o.stall_s;
     g_wild_max = g_max_size < WILD_MAX ? g_max_size : WILD_MAX;
 
-    tw_config_t cfg;
-    tw_config_init(&cfg);
     double t_init = twt_now();
-    tw_status_t st = tw_init(&cfg, &g_ctx);
+    g_ctx = tw_mp_init();
     t_init = twt_now() - t_init;
-    A2A_CHECK(st == TW_OK, "tw_init: %s", tw_strerror(st));
-    g_rank = tw_rank(g_ctx);
-    g_size = tw_size(g_ctx);
-    A2A_CHECK(g_size >= 1 && g_size <= MAX_RANKS && g_rank >= 0 && g_rank < g_size, "rank %d of %d",
-              g_rank, g_size);
+    g_rank = tw_mp_rank();
+    g_size = tw_mp_size();
+    TW_MP_CHECK(g_size <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
+    /* A hang outside the workers' own stall checks (a barrier, tw_finalize)
+     * fails too; later than theirs, which say more. */
+    tw_mp_watchdog_start(2 * g_max_stall + 5, NULL);
     build_plan();
 
     g_w = calloc(g_threads, sizeof(worker_t));
-    A2A_CHECK(g_w != NULL, "no memory");
+    TW_MP_CHECK(g_w != NULL, "no memory");
     for (unsigned i = 0; i < g_threads; i++) {
         g_w[i].id = i;
         plan_receives(&g_w[i]);
     }
     double t0 = twt_now();
     for (unsigned i = 0; i < g_threads; i++) {
-        A2A_CHECK(pthread_create(&g_w[i].th, NULL, worker_main, &g_w[i]) == 0, "pthread_create");
+        TW_MP_CHECK(pthread_create(&g_w[i].th, NULL, worker_main, &g_w[i]) == 0, "pthread_create");
     }
     for (unsigned i = 0; i < g_threads; i++) {
         pthread_join(g_w[i].th, NULL);
     }
     double dt = twt_now() - t0;
-    barrier();
+    tw_mp_phase("end barrier");
+    tw_mp_barrier(g_ctx, BARRIER_TAG);
 
     uint64_t expect = 0, recv = 0, trunc = 0, large = 0, sent = 0, bsent = 0, brecv = 0;
     uint64_t by_cls[NCLS] = {0};
@@ -744,17 +641,17 @@ int main(int argc, char **argv)
         }
     }
     /* every rank sends the same number of messages to each rank */
-    A2A_CHECK(expect == (uint64_t)g_size * g_threads * g_msgs, "expected %llu messages",
-              (unsigned long long)expect);
-    A2A_CHECK(recv == expect, "received %llu of %llu", (unsigned long long)recv,
-              (unsigned long long)expect);
-    A2A_CHECK(sent == (uint64_t)g_threads * g_size * g_msgs, "sent %llu", (unsigned long long)sent);
-    if (stats) {
-        A2A_CHECK(tw_stats_print(g_ctx, stdout) == TW_OK, "tw_stats_print");
-        fflush(stdout);
-    }
-    st = tw_finalize(g_ctx);
-    A2A_CHECK(st == TW_OK, "tw_finalize: %s", tw_strerror(st));
+    TW_MP_CHECK(expect == (uint64_t)g_size * g_threads * g_msgs, "expected %llu messages",
+                (unsigned long long)expect);
+    TW_MP_CHECK(recv == expect, "received %llu of %llu", (unsigned long long)recv,
+                (unsigned long long)expect);
+    TW_MP_CHECK(sent == (uint64_t)g_threads * g_size * g_msgs, "sent %llu",
+                (unsigned long long)sent);
+    tw_mp_stats(g_ctx);
+    tw_mp_phase("tw_finalize");
+    tw_status_t st = tw_finalize(g_ctx);
+    tw_mp_watchdog_stop();
+    TW_MP_CHECK(st == TW_OK, "tw_finalize: %s", tw_strerror(st));
 
     const char *pt = getenv("TW_PROGRESS_THREADS");
     printf("alltoall rank %d of %d (%s progress): %u threads x %u msgs x %d ranks: "

@@ -5,7 +5,7 @@
  * tagged traffic alongside.
  *
  *   twrun -n N test_am_stream [-t THREADS] [-m MSGS] [-g TAGGED] [--seed S]
- *                             [--stall SECONDS] [--stats]
+ *                             [--stall SECONDS] [--stats[=json]]
  *
  * Every rank registers one handler and runs THREADS workers (default 4),
  * each with its own CQ. Worker s of rank r sends MSGS (default 64, divided
@@ -34,7 +34,6 @@
  * Exit 0 only when every count matches.
  */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -42,7 +41,7 @@
 #include <unistd.h>
 
 #include "threadwire/threadwire.h"
-#include "tw_test.h"
+#include "tw_mp.h"
 
 #define MAX_THREADS  64
 #define MAX_RANKS    256
@@ -60,37 +59,11 @@
 #define TAG_BARRIER         0xbbull
 #define TAG(kind, thr, seq) (((kind) << 56) | ((uint64_t)(thr) << 48) | (uint64_t)(uint32_t)(seq))
 
-/* Fails from any thread (workers, the handler on a progress thread, the
- * watchdog): no exit handlers run while the library's threads do. */
-#define AMS_FAIL(...)                                                          \
-    do {                                                                       \
-        fprintf(stderr, "FAIL rank %d (%s:%d): ", g_rank, __FILE__, __LINE__); \
-        fprintf(stderr, __VA_ARGS__);                                          \
-        fputc('\n', stderr);                                                   \
-        fflush(stderr);                                                        \
-        _exit(1);                                                              \
-    } while (0)
-#define AMS_CHECK(cond, ...)                                                                  \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "FAIL rank %d (%s:%d): %s: ", g_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-            fflush(stderr);                                                                   \
-            _exit(1);                                                                         \
-        }                                                                                     \
-    } while (0)
-
-enum { PHASE_START, PHASE_WORKERS, PHASE_DRAIN, PHASE_BARRIER, PHASE_DONE };
-static const char *const phase_name[] = {"start barrier", "workers running",
-                                         "waiting for the last AMs", "end barrier", "done"};
-
 static int g_rank, g_size;
 static unsigned g_threads;
 static uint32_t g_msgs;   /* AMs per (source thread, destination rank) */
 static uint32_t g_tagged; /* tagged messages per (thread, peer rank), each way */
-static uint64_t g_seed = 1;
-static double g_stall_s = 60.0;
+static uint64_t g_seed;
 static tw_context_t *g_ctx;
 
 /* AM arrivals. [src rank * threads + src thread]: a bitmap of seqs and
@@ -104,9 +77,6 @@ typedef struct am_src {
 static am_src_t *g_am;
 static atomic_uint_fast64_t g_am_total;
 static atomic_uint_fast64_t g_am_bytes;
-static atomic_uint_fast64_t g_ticks; /* anything happened (watchdog) */
-static atomic_int g_phase;
-static atomic_int g_stop;
 static int g_handler_arg;
 
 /* ---- the plan: sizes and payloads, identical on every rank ----------- */
@@ -216,35 +186,35 @@ static void am_handler(tw_context_t *ctx, int src, const void *hdr, size_t hdr_l
     unsigned thr;
     int hsrc;
 
-    AMS_CHECK(ctx == g_ctx && arg == &g_handler_arg, "handler called with ctx %p arg %p",
-              (void *)ctx, arg);
-    AMS_CHECK(src >= 0 && src < g_size && src != g_rank, "AM from rank %d", src);
-    AMS_CHECK(hdr_len == AM_HDR_LEN && h[0] == AM_HDR_MAGIC,
-              "AM from rank %d: %zu-byte header starting %02x (want %d bytes, %02x)", src, hdr_len,
-              hdr_len > 0 ? h[0] : 0, AM_HDR_LEN, AM_HDR_MAGIC);
+    TW_MP_CHECK(ctx == g_ctx && arg == &g_handler_arg, "handler called with ctx %p arg %p",
+                (void *)ctx, arg);
+    TW_MP_CHECK(src >= 0 && src < g_size && src != g_rank, "AM from rank %d", src);
+    TW_MP_CHECK(hdr_len == AM_HDR_LEN && h[0] == AM_HDR_MAGIC,
+                "AM from rank %d: %zu-byte header starting %02x (want %d bytes, %02x)", src,
+                hdr_len, hdr_len > 0 ? h[0] : 0, AM_HDR_LEN, AM_HDR_MAGIC);
     thr = h[1];
     hsrc = h[2] | h[3] << 8;
     memcpy(&seq, h + 4, 4);
-    AMS_CHECK(hsrc == src && thr < g_threads && seq < g_msgs,
-              "AM from rank %d names (rank %d, thread %u, seq %u)", src, hsrc, thr, seq);
+    TW_MP_CHECK(hsrc == src && thr < g_threads && seq < g_msgs,
+                "AM from rank %d names (rank %d, thread %u, seq %u)", src, hsrc, thr, seq);
     uint32_t want = am_size(src, thr, g_rank, seq);
-    AMS_CHECK(len == want, "AM (rank %d, thread %u, seq %u): %zu bytes, sent %u", src, thr, seq,
-              len, want);
-    AMS_CHECK(len == 0 || data != NULL, "AM (rank %d, thread %u, seq %u): NULL data", src, thr,
-              seq);
+    TW_MP_CHECK(len == want, "AM (rank %d, thread %u, seq %u): %zu bytes, sent %u", src, thr, seq,
+                len, want);
+    TW_MP_CHECK(len == 0 || data != NULL, "AM (rank %d, thread %u, seq %u): NULL data", src, thr,
+                seq);
     uint64_t seed = am_seed(src, thr, g_rank, seq);
     if (len > 0 && !twt_verify(data, len, seed)) {
-        AMS_FAIL("AM (rank %d, thread %u, seq %u, %zu bytes): payload corrupted from byte %zu", src,
-                 thr, seq, len, first_bad_byte(data, len, seed));
+        TW_MP_FAIL("AM (rank %d, thread %u, seq %u, %zu bytes): payload corrupted from byte %zu",
+                   src, thr, seq, len, first_bad_byte(data, len, seed));
     }
     am_src_t *as = &g_am[(size_t)src * g_threads + thr];
     uint64_t bit = 1ull << (seq % 64);
     uint64_t old = atomic_fetch_or_explicit(&as->bits[seq / 64], bit, memory_order_relaxed);
-    AMS_CHECK((old & bit) == 0, "AM (rank %d, thread %u, seq %u) delivered twice", src, thr, seq);
+    TW_MP_CHECK((old & bit) == 0, "AM (rank %d, thread %u, seq %u) delivered twice", src, thr, seq);
     atomic_fetch_add_explicit(&as->count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_am_bytes, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_am_total, 1, memory_order_release);
-    atomic_fetch_add_explicit(&g_ticks, 1, memory_order_relaxed);
+    tw_mp_tick();
 }
 
 /* ---- workers ---------------------------------------------------------- */
@@ -280,9 +250,9 @@ static req_t *req_new(int kind, int peer, uint32_t seq, uint32_t len)
 {
     req_t *q = malloc(sizeof(*q));
 
-    AMS_CHECK(q != NULL, "no memory");
+    TW_MP_CHECK(q != NULL, "no memory");
     *q = (req_t){.kind = kind, .peer = peer, .seq = seq, .len = len, .buf = malloc(len + 1)};
-    AMS_CHECK(q->buf != NULL, "no memory for %u bytes", len);
+    TW_MP_CHECK(q->buf != NULL, "no memory for %u bytes", len);
     return q;
 }
 
@@ -311,7 +281,7 @@ static void post_check(tw_status_t st, const char *what, int peer)
 {
     if (st != TW_OK) {
         dump_state();
-        AMS_FAIL("%s rank %d: %s", what, peer, tw_strerror(st));
+        TW_MP_FAIL("%s rank %d: %s", what, peer, tw_strerror(st));
     }
 }
 
@@ -381,38 +351,38 @@ static void complete(worker_t *w, const tw_completion_t *c)
     }
     switch (q->kind) {
     case REQ_AM:
-        AMS_CHECK(c->op == TW_OP_AM_SEND && c->status == TW_OK && c->peer == q->peer,
-                  "thread %u: AM send (seq %u, %u bytes) to rank %d completed as op %d for "
-                  "rank %d: %s",
-                  w->id, q->seq, q->len, q->peer, (int)c->op, c->peer, tw_strerror(c->status));
+        TW_MP_CHECK(c->op == TW_OP_AM_SEND && c->status == TW_OK && c->peer == q->peer,
+                    "thread %u: AM send (seq %u, %u bytes) to rank %d completed as op %d for "
+                    "rank %d: %s",
+                    w->id, q->seq, q->len, q->peer, (int)c->op, c->peer, tw_strerror(c->status));
         w->am_out--;
         atomic_fetch_add_explicit(&w->am_done, 1, memory_order_relaxed);
         break;
     case REQ_TSEND:
-        AMS_CHECK(c->op == TW_OP_SEND && c->status == TW_OK && c->peer == q->peer,
-                  "thread %u: tagged send (seq %u) to rank %d completed as op %d for rank %d: %s",
-                  w->id, q->seq, q->peer, (int)c->op, c->peer, tw_strerror(c->status));
+        TW_MP_CHECK(c->op == TW_OP_SEND && c->status == TW_OK && c->peer == q->peer,
+                    "thread %u: tagged send (seq %u) to rank %d completed as op %d for rank %d: %s",
+                    w->id, q->seq, q->peer, (int)c->op, c->peer, tw_strerror(c->status));
         w->ts_out--;
         atomic_fetch_add_explicit(&w->ts_done, 1, memory_order_relaxed);
         break;
     default:
-        AMS_CHECK(c->op == TW_OP_RECV && c->status == TW_OK && c->peer == q->peer &&
-                      c->tag == TAG(TAG_DATA, w->id, q->seq) && c->length == q->len,
-                  "thread %u: tagged receive (rank %d, seq %u, %u bytes) completed as op %d from "
-                  "rank %d, tag %016llx, %zu bytes: %s",
-                  w->id, q->peer, q->seq, q->len, (int)c->op, c->peer, (unsigned long long)c->tag,
-                  c->length, tw_strerror(c->status));
+        TW_MP_CHECK(c->op == TW_OP_RECV && c->status == TW_OK && c->peer == q->peer &&
+                        c->tag == TAG(TAG_DATA, w->id, q->seq) && c->length == q->len,
+                    "thread %u: tagged receive (rank %d, seq %u, %u bytes) completed as op %d from "
+                    "rank %d, tag %016llx, %zu bytes: %s",
+                    w->id, q->peer, q->seq, q->len, (int)c->op, c->peer, (unsigned long long)c->tag,
+                    c->length, tw_strerror(c->status));
         uint64_t seed = tagged_seed(q->peer, w->id, g_rank, q->seq);
         if (!twt_verify(q->buf, q->len, seed)) {
-            AMS_FAIL("thread %u: tagged message (rank %d, seq %u, %u bytes) corrupted from byte "
-                     "%zu",
-                     w->id, q->peer, q->seq, q->len, first_bad_byte(q->buf, q->len, seed));
+            TW_MP_FAIL("thread %u: tagged message (rank %d, seq %u, %u bytes) corrupted from byte "
+                       "%zu",
+                       w->id, q->peer, q->seq, q->len, first_bad_byte(q->buf, q->len, seed));
         }
         w->tr_out[q->peer]--;
         atomic_fetch_add_explicit(&w->tr_done, 1, memory_order_relaxed);
         break;
     }
-    atomic_fetch_add_explicit(&g_ticks, 1, memory_order_relaxed);
+    tw_mp_tick();
     req_free(q);
 }
 
@@ -430,20 +400,21 @@ static void *worker_main(void *arg)
     unsigned depth = AM_WINDOW + T_SWINDOW + (unsigned)g_size * T_RWINDOW + 8;
     tw_status_t st = tw_cq_create(g_ctx, depth, &w->cq);
 
-    AMS_CHECK(st == TW_OK, "tw_cq_create: %s", tw_strerror(st));
+    TW_MP_CHECK(st == TW_OK, "tw_cq_create: %s", tw_strerror(st));
     while (!worker_done(w)) {
         bool did = post_work(w);
         /* Waiting here is what lets this thread poll the transports (or,
          * in manual mode, drive them and run the handler). */
         int n = tw_cq_wait(w->cq, comps, 32, did ? 0 : 100);
-        AMS_CHECK(n >= 0, "tw_cq_wait returned %d", n);
+        TW_MP_CHECK(n >= 0, "tw_cq_wait returned %d", n);
         for (int i = 0; i < n; i++) {
             complete(w, &comps[i]);
         }
     }
-    AMS_CHECK(tw_cq_poll(w->cq, comps, 32) == 0, "thread %u: completion after the last one", w->id);
+    TW_MP_CHECK(tw_cq_poll(w->cq, comps, 32) == 0, "thread %u: completion after the last one",
+                w->id);
     st = tw_cq_destroy(w->cq);
-    AMS_CHECK(st == TW_OK, "tw_cq_destroy: %s", tw_strerror(st));
+    TW_MP_CHECK(st == TW_OK, "tw_cq_destroy: %s", tw_strerror(st));
     return NULL;
 }
 
@@ -461,53 +432,19 @@ static void drain(void)
     tw_cq_t *cq;
     tw_completion_t c;
 
-    AMS_CHECK(tw_cq_create(g_ctx, 1, &cq) == TW_OK, "drain CQ");
+    TW_MP_CHECK(tw_cq_create(g_ctx, 1, &cq) == TW_OK, "drain CQ");
     while (atomic_load_explicit(&g_am_total, memory_order_acquire) < am_expected()) {
-        AMS_CHECK(tw_cq_wait(cq, &c, 1, 10) == 0, "completion on an empty CQ");
+        TW_MP_CHECK(tw_cq_wait(cq, &c, 1, 10) == 0, "completion on an empty CQ");
     }
-    AMS_CHECK(tw_cq_destroy(cq) == TW_OK, "drain CQ destroy");
-}
-
-/* 0-byte messages to and from every other rank. */
-static void barrier(uint32_t round)
-{
-    tw_cq_t *cq;
-    tw_completion_t c[16];
-    char dummy[1];
-    int want = 2 * (g_size - 1), got = 0;
-
-    AMS_CHECK(tw_cq_create(g_ctx, (unsigned)want + 1, &cq) == TW_OK, "barrier CQ");
-    for (int r = 0; r < g_size; r++) {
-        if (r == g_rank) {
-            continue;
-        }
-        tw_status_t st = tw_recv(g_ctx, r, TAG(TAG_BARRIER, 0, round), 0, dummy, 0, cq, NULL);
-        AMS_CHECK(st == TW_OK, "barrier recv from %d: %s", r, tw_strerror(st));
-        st = tw_send(g_ctx, r, TAG(TAG_BARRIER, 0, round), dummy, 0, cq, dummy);
-        AMS_CHECK(st == TW_OK, "barrier send to %d: %s", r, tw_strerror(st));
-    }
-    while (got < want) {
-        int n = tw_cq_wait(cq, c, 16, 100);
-        AMS_CHECK(n >= 0, "tw_cq_wait");
-        for (int i = 0; i < n; i++) {
-            AMS_CHECK(c[i].status == TW_OK && c[i].length == 0, "barrier %s with rank %d: %s",
-                      c[i].op == TW_OP_SEND ? "send" : "recv", c[i].peer, tw_strerror(c[i].status));
-        }
-        got += n;
-        atomic_fetch_add_explicit(&g_ticks, (uint64_t)n, memory_order_relaxed);
-    }
-    AMS_CHECK(tw_cq_destroy(cq) == TW_OK, "barrier CQ destroy");
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "drain CQ destroy");
 }
 
 /* ---- watchdog ------------------------------------------------------------ */
 
 static void dump_state(void)
 {
-    int phase = atomic_load(&g_phase);
-
-    fprintf(stderr, "rank %d stalled in phase '%s': %llu of %llu AMs arrived\n", g_rank,
-            phase_name[phase], (unsigned long long)atomic_load(&g_am_total),
-            (unsigned long long)am_expected());
+    fprintf(stderr, "rank %d: %llu of %llu AMs arrived\n", g_rank,
+            (unsigned long long)atomic_load(&g_am_total), (unsigned long long)am_expected());
     for (unsigned i = 0; g_w != NULL && i < g_threads; i++) {
         worker_t *w = &g_w[i];
         fprintf(stderr,
@@ -537,115 +474,44 @@ static void dump_state(void)
     (void)tw_stats_print(g_ctx, stderr);
 }
 
-static void *watchdog_main(void *arg)
-{
-    uint64_t seen = atomic_load(&g_ticks);
-    double last = twt_now();
-
-    (void)arg;
-    while (!atomic_load(&g_stop)) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        uint64_t now_ticks = atomic_load(&g_ticks);
-        if (now_ticks != seen) {
-            seen = now_ticks;
-            last = twt_now();
-        } else if (twt_now() - last > g_stall_s) {
-            dump_state();
-            AMS_FAIL("nothing happened for %.0f s (phase '%s')", g_stall_s,
-                     phase_name[atomic_load(&g_phase)]);
-        }
-    }
-    return NULL;
-}
-
 /* ---- main ------------------------------------------------------------------ */
-
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: test_am_stream [-t THREADS] [-m MSGS] [-g TAGGED] [--seed S] "
-                 "[--stall SECONDS] [--stats]\n"
-                 "  -t, --threads   workers per rank (4)\n"
-                 "  -m, --messages  AMs per worker to each other rank (64, / TWTEST_SCALE)\n"
-                 "  -g, --tagged    tagged messages per worker with each other rank (24, "
-                 "/ TWTEST_SCALE)\n"
-                 "  --seed          size and payload seed (1)\n"
-                 "  --stall         fail after this long without any progress (60)\n"
-                 "  --stats         print tw_stats_print's report before tw_finalize\n");
-}
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"threads", required_argument, NULL, 't'}, {"messages", required_argument, NULL, 'm'},
-        {"tagged", required_argument, NULL, 'g'},  {"seed", required_argument, NULL, 's'},
-        {"stall", required_argument, NULL, 'w'},   {"stats", no_argument, NULL, 'P'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
-    unsigned long threads = 4;
-    uint64_t msgs = 64, tagged = 24;
-    bool stats = false;
-    pthread_t watchdog;
-    int opt;
+    uint64_t tagged = 24;
+    const tw_mp_opt_t mine[] = {
+        {"tagged", 'g', TW_MP_ARG_U64, &tagged,
+         "tagged messages per worker with each other rank (24, / TWTEST_SCALE)"}};
+    tw_mp_opts_t o = {
+        .threads = 4, .max_threads = MAX_THREADS, .messages = 64, .seed = 1, .stall_s = 60};
 
-    while ((opt = getopt_long(argc, argv, "t:m:g:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 't':
-            threads = strtoul(optarg, NULL, 10);
-            break;
-        case 'm':
-            msgs = strtoull(optarg, NULL, 10);
-            break;
-        case 'g':
-            tagged = strtoull(optarg, NULL, 10);
-            break;
-        case 's':
-            g_seed = strtoull(optarg, NULL, 0);
-            break;
-        case 'w':
-            g_stall_s = strtod(optarg, NULL);
-            break;
-        case 'P':
-            stats = true;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (threads < 1 || threads > MAX_THREADS || msgs < 1 || msgs > (1u << 20) ||
-        tagged > (1u << 20) || !(g_stall_s > 0)) {
-        usage(stderr);
-        return 2;
-    }
-    g_threads = (unsigned)threads;
-    g_msgs = (uint32_t)twt_scaled(msgs, 4); /* seqs 0..3 are the size edges */
+    tw_mp_parse(argc, argv, "test_am_stream",
+                TW_MP_THREADS | TW_MP_MESSAGES | TW_MP_SEED | TW_MP_STALL | TW_MP_STATS, mine,
+                TWT_ARRAY_SIZE(mine), &o);
+    TWT_CHECKF(o.messages <= (1u << 20) && tagged <= (1u << 20), "at most %u messages", 1u << 20);
+    g_threads = o.threads;
+    g_seed = o.seed;
+    g_msgs = (uint32_t)twt_scaled(o.messages, 4); /* seqs 0..3 are the size edges */
     g_tagged = (uint32_t)twt_scaled(tagged, tagged > 0 ? 2 : 0);
 
-    tw_config_t cfg;
-    tw_config_init(&cfg);
-    tw_status_t st = tw_init(&cfg, &g_ctx);
-    AMS_CHECK(st == TW_OK, "tw_init: %s", tw_strerror(st));
-    g_rank = tw_rank(g_ctx);
-    g_size = tw_size(g_ctx);
-    AMS_CHECK(g_size >= 1 && g_size <= MAX_RANKS && g_rank >= 0 && g_rank < g_size, "rank %d of %d",
-              g_rank, g_size);
+    g_ctx = tw_mp_init();
+    g_rank = tw_mp_rank();
+    g_size = tw_mp_size();
+    TW_MP_CHECK(g_size <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
     if (g_size < 2) {
         printf("am_stream: needs at least 2 ranks (twrun -n 2); skipped\n");
-        AMS_CHECK(tw_finalize(g_ctx) == TW_OK, "tw_finalize");
+        TW_MP_CHECK(tw_finalize(g_ctx) == TW_OK, "tw_finalize");
         return TWT_SKIP;
     }
 
     g_am = calloc((size_t)g_size * g_threads, sizeof(am_src_t));
-    AMS_CHECK(g_am != NULL, "no memory");
+    TW_MP_CHECK(g_am != NULL, "no memory");
     for (size_t i = 0; i < (size_t)g_size * g_threads; i++) {
         g_am[i].bits = calloc((g_msgs + 63) / 64, sizeof(uint64_t));
-        AMS_CHECK(g_am[i].bits != NULL, "no memory");
+        TW_MP_CHECK(g_am[i].bits != NULL, "no memory");
     }
     g_w = calloc(g_threads, sizeof(worker_t));
-    AMS_CHECK(g_w != NULL, "no memory");
+    TW_MP_CHECK(g_w != NULL, "no memory");
     for (unsigned i = 0; i < g_threads; i++) {
         worker_t *w = &g_w[i];
         w->id = i;
@@ -653,56 +519,54 @@ int main(int argc, char **argv)
         w->t_total = (uint64_t)(g_size - 1) * g_tagged;
         w->tr_next = calloc((size_t)g_size, sizeof(uint32_t));
         w->tr_out = calloc((size_t)g_size, sizeof(unsigned));
-        AMS_CHECK(w->tr_next != NULL && w->tr_out != NULL, "no memory");
+        TW_MP_CHECK(w->tr_next != NULL && w->tr_out != NULL, "no memory");
     }
-    AMS_CHECK(pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0, "pthread_create");
+    tw_mp_phase("start barrier");
+    tw_mp_watchdog_start(o.stall_s, dump_state);
 
     /* Every handler is in place before anyone sends an AM (one for an id
      * without a handler is dropped). */
-    st = tw_am_register(g_ctx, AM_ID, am_handler, &g_handler_arg);
-    AMS_CHECK(st == TW_OK, "tw_am_register: %s", tw_strerror(st));
-    barrier(0);
+    tw_status_t st = tw_am_register(g_ctx, AM_ID, am_handler, &g_handler_arg);
+    TW_MP_CHECK(st == TW_OK, "tw_am_register: %s", tw_strerror(st));
+    tw_mp_barrier(g_ctx, TAG(TAG_BARRIER, 0, 0));
 
-    atomic_store(&g_phase, PHASE_WORKERS);
+    tw_mp_phase("workers running");
     double t0 = twt_now();
     for (unsigned i = 0; i < g_threads; i++) {
-        AMS_CHECK(pthread_create(&g_w[i].th, NULL, worker_main, &g_w[i]) == 0, "pthread_create");
+        TW_MP_CHECK(pthread_create(&g_w[i].th, NULL, worker_main, &g_w[i]) == 0, "pthread_create");
     }
     for (unsigned i = 0; i < g_threads; i++) {
         pthread_join(g_w[i].th, NULL);
     }
-    atomic_store(&g_phase, PHASE_DRAIN);
+    tw_mp_phase("waiting for the last AMs");
     drain();
     double dt = twt_now() - t0;
-    atomic_store(&g_phase, PHASE_BARRIER);
-    barrier(1);
-    atomic_store(&g_phase, PHASE_DONE);
-    atomic_store(&g_stop, 1);
-    pthread_join(watchdog, NULL);
+    tw_mp_phase("end barrier");
+    tw_mp_barrier(g_ctx, TAG(TAG_BARRIER, 0, 1));
 
     /* Exactly once: every (source, thread, seq) bit, and no more. */
     uint64_t total = atomic_load(&g_am_total);
-    AMS_CHECK(total == am_expected(), "received %llu AMs, expected exactly %llu",
-              (unsigned long long)total, (unsigned long long)am_expected());
+    TW_MP_CHECK(total == am_expected(), "received %llu AMs, expected exactly %llu",
+                (unsigned long long)total, (unsigned long long)am_expected());
     for (int r = 0; r < g_size; r++) {
         for (unsigned s = 0; s < g_threads; s++) {
             am_src_t *as = &g_am[(size_t)r * g_threads + s];
             unsigned want = r == g_rank ? 0 : g_msgs;
-            AMS_CHECK(atomic_load(&as->count) == want, "%u AMs from rank %d thread %u, expected %u",
-                      atomic_load(&as->count), r, s, want);
+            TW_MP_CHECK(atomic_load(&as->count) == want,
+                        "%u AMs from rank %d thread %u, expected %u", atomic_load(&as->count), r, s,
+                        want);
             for (uint32_t q = 0; q < g_msgs; q++) {
                 bool got = (atomic_load(&as->bits[q / 64]) >> (q % 64)) & 1;
-                AMS_CHECK(got == (want > 0), "AM (rank %d, thread %u, seq %u) %s", r, s, q,
-                          got ? "from ourselves" : "lost");
+                TW_MP_CHECK(got == (want > 0), "AM (rank %d, thread %u, seq %u) %s", r, s, q,
+                            got ? "from ourselves" : "lost");
             }
         }
     }
-    if (stats) {
-        AMS_CHECK(tw_stats_print(g_ctx, stdout) == TW_OK, "tw_stats_print");
-        fflush(stdout);
-    }
+    tw_mp_stats(g_ctx);
+    tw_mp_phase("tw_finalize");
     st = tw_finalize(g_ctx);
-    AMS_CHECK(st == TW_OK, "tw_finalize: %s", tw_strerror(st));
+    TW_MP_CHECK(st == TW_OK, "tw_finalize: %s", tw_strerror(st));
+    tw_mp_watchdog_stop();
 
     const char *pt = getenv("TW_PROGRESS_THREADS");
     const char *tl = getenv("TW_TRANSPORTS");

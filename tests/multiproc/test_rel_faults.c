@@ -2,8 +2,16 @@
 /* Copyright (c) 2026 The threadwire authors */
 /*
  * The reliability layer when the only path dies, when a peer stops, and
- * when a receiver stops polling (twrun -n 2, TW_RELIABLE=1; TWTEST_FAULT
- * selects; test matrix rows B9, C2, E2).
+ * when a receiver stops polling (test matrix rows B9, C2, E2). A program
+ * of cases, each setting the environment it needs (TW_RELIABLE=1 and the
+ * variables named below) before its first tw_init:
+ *
+ *   twrun -n 2 test_rel_faults CASE     (--list names them)
+ *
+ *   nopath_tcp, nopath_shm   nopath over that transport
+ *   sigstop                  sigstop over tcp
+ *   stall_shm, stall_tcp     stall; stall_tcp_cold: tcp, first dialed
+ *                            during the stall
  *
  *   nopath   (B9) TW_FAULT=kill=D on every rank: both lose their only path
  *            D after it opened. Rank 0 streams checksummed 32 KiB messages
@@ -30,16 +38,21 @@
  *            keepalive can tell: rank 0 must fail rank 1 within the
  *            keepalive bound (900 ms) + 10 %; rank 1 was heard just before
  *            the stop, so a little below the bound is possible: asserted
- *            in [bound - keepalive, 1.1 bound + 50 ms] = [600, 1040] ms. Then SIGCONT: rank 1 finds
- * rank 0 failed (its bound passed long ago) and tries to send a few messages before or as it does;
- * at rank 0 nothing more is delivered (rel's "delivered" stays, a receive for them stays pending
- * until finalize cancels it) and rel counts what came as "stale". One stop/cont per run in CI; the
- * matrix's 10 are TWTEST_REPEAT=10. stall    (E2) TW_PROGRESS_THREADS=0, TW_REL_QUEUE=64, keepalive
- * and path timeout far away: rank 1 neither posts nor progresses for TWTEST_STALL_S (default 5)
- * seconds while rank 0 keeps sending 8 KiB (eager) and 64 KiB (zero-copy) messages. Rank 0 must be
- * refused with TW_ERR_AGAIN, accept at most 64 + 8 sends, and its RSS must grow by at most 64 x 64
- * KiB + 16 MiB. Then rank 1 takes everything: each message once and intact, and no error handler
- * runs anywhere.
+ *            in [bound - keepalive, 1.1 bound + 50 ms] = [600, 1040] ms.
+ *            Then SIGCONT: rank 1 finds rank 0 failed (its bound passed
+ *            long ago) and tries to send a few messages before or as it
+ *            does; at rank 0 nothing more is delivered (rel's "delivered"
+ *            stays, a receive for them stays pending until finalize
+ *            cancels it) and rel counts what came as "stale". One
+ *            stop/cont per run in CI; the matrix's 10 are TWTEST_REPEAT=10.
+ *   stall    (E2) TW_PROGRESS_THREADS=0, TW_REL_QUEUE=64, keepalive and
+ *            path timeout far away: rank 1 neither posts nor progresses
+ *            for TWTEST_STALL_S (default 5) seconds while rank 0 keeps
+ *            sending 8 KiB (eager) and 64 KiB (zero-copy) messages. Rank 0
+ *            must be refused with TW_ERR_AGAIN, accept at most 64 + 8
+ *            sends, and its RSS must grow by at most 64 x 64 KiB + 16 MiB.
+ *            Then rank 1 takes everything: each message once and intact,
+ *            and no error handler runs anywhere.
  *
  * Every mode checks that each operation posted completes exactly once,
  * with TW_OK or TW_ERR_PEER_FAILED, that the error handler ran once
@@ -63,7 +76,7 @@
 #include "reliability/tw_rel.h"
 #include "runtime/tw_context_int.h"
 #include "threadwire/threadwire.h"
-#include "tw_test.h"
+#include "tw_mp.h"
 
 #define LEN        (32u * 1024u)
 #define WINDOW     8
@@ -79,50 +92,11 @@
 
 /* ---- what both ranks share ---------------------------------------------- */
 
-/* The error handler's record (reset before every tw_init). */
-static atomic_int handler_calls;
-static atomic_int handler_peer;
-static atomic_int handler_err;
-static _Atomic uint64_t handler_ns; /* first call */
-
 static uint64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts); /* the same clock as twt_now */
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *what, void *arg)
-{
-    uint64_t zero = 0;
-
-    (void)ctx, (void)what, (void)arg;
-    atomic_compare_exchange_strong(&handler_ns, &zero, now_ns());
-    atomic_store(&handler_peer, peer);
-    atomic_store(&handler_err, (int)err);
-    atomic_fetch_add(&handler_calls, 1);
-}
-
-static void handler_reset(void)
-{
-    atomic_store(&handler_calls, 0);
-    atomic_store(&handler_peer, -1);
-    atomic_store(&handler_err, 0);
-    atomic_store(&handler_ns, 0);
-}
-
-/* The handler ran exactly once, for the other rank, with PEER_FAILED (it
- * may trail the first failed completion a little). */
-static double handler_check_once(tw_context_t *ctx)
-{
-    for (int i = 0; i < 200 && atomic_load(&handler_calls) == 0; i++) {
-        usleep(10000);
-    }
-    usleep(50000); /* a second call would come about now */
-    TWT_EQ(atomic_load(&handler_calls), 1);
-    TWT_EQ(atomic_load(&handler_peer), 1 - tw_rank(ctx));
-    TWT_EQ(atomic_load(&handler_err), TW_ERR_PEER_FAILED);
-    return (double)atomic_load(&handler_ns) * 1e-9;
 }
 
 static uint64_t rel_stat(tw_context_t *ctx, unsigned id)
@@ -138,13 +112,6 @@ static unsigned env_uint(const char *name, unsigned dflt, unsigned max)
     unsigned long v = s != NULL ? strtoul(s, NULL, 10) : dflt;
     TWT_CHECKF(v >= 1 && v <= max, "%s=%s: want 1..%u", name, s, max);
     return (unsigned)v;
-}
-
-static void check_env(const char *name, const char *want)
-{
-    const char *v = getenv(name);
-    TWT_CHECKF(v != NULL && strcmp(v, want) == 0, "run with %s=%s (have %s)", name, want,
-               v != NULL ? v : "nothing");
 }
 
 /* After the last expected completion: nothing else turns up. */
@@ -417,10 +384,8 @@ static unsigned run_nopath(void)
     tw_cq_t *cq;
     int rank = -1;
 
-    check_env("TW_RELIABLE", "1");
     TWT_CHECKF(getenv("TW_REL_PATH_TIMEOUT") == NULL,
                "the 1 s bound assumes TW_REL_PATH_TIMEOUT is unset");
-    TWT_CHECKF(getenv("TW_FAULT") == NULL, "the test sets TW_FAULT itself");
     /* A context without faults first, to swap pids: a tw_init waits
      * for the other rank (its start, up to a second under TSan; its
      * finalize, which can take seconds too), and that must not eat into a
@@ -452,12 +417,11 @@ static unsigned run_nopath(void)
 
         snprintf(spec, sizeof(spec), "kill=%ums", kill_ms);
         TWT_EQ(setenv("TW_FAULT", spec, 1), 0);
-        handler_reset();
         meet(peer, it + 1);
         double t_init = twt_now(); /* the path opens after this */
         TWT_EQ(tw_init(NULL, &ctx), TW_OK);
         double init_s = twt_now() - t_init;
-        TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
+        tw_mp_attach(ctx);
         rank = tw_rank(ctx);
         TWT_EQ(tw_size(ctx), 2);
         TWT_CHECKF(init_s * 1000 < kill_ms,
@@ -475,7 +439,7 @@ static unsigned run_nopath(void)
             got[it] = k.got;
             t_err = k.t_err;
         }
-        double t_handler = handler_check_once(ctx);
+        double t_handler = tw_mp_errors_expect_once(1 - tw_rank(ctx), TW_ERR_PEER_FAILED).t;
         double d_err = t_err - t_kill, d_handler = t_handler - t_kill;
         if (rank == 0) {
             printf("rank 0: iteration %u (TW_TRANSPORTS=%s, %s, tw_init %.0f ms): %u sends (%u "
@@ -495,23 +459,22 @@ static unsigned run_nopath(void)
          * failed early as "silent for 18446744073709 ms": the keepalive's
          * now - last_rx wrapped when an arrival on another thread was
          * newer than the pass's clock.) */
-        TWT_RANK_CHECK(rank, d_err >= 0 && d_handler >= 0,
-                       "iteration %u: the peer was failed %.1f ms before its path was killed "
-                       "(the rel log line above says why)",
-                       it, -1000 * (d_err < d_handler ? d_err : d_handler));
-        TWT_RANK_CHECK(rank, d_err < 1.0 && d_handler < 1.0,
-                       "failure seen %.3f s (handler %.3f s) after the kill: bound 1 s", d_err,
-                       d_handler);
+        TW_MP_CHECK(d_err >= 0 && d_handler >= 0,
+                    "iteration %u: the peer was failed %.1f ms before its path was killed "
+                    "(the rel log line above says why)",
+                    it, -1000 * (d_err < d_handler ? d_err : d_handler));
+        TW_MP_CHECK(d_err < 1.0 && d_handler < 1.0,
+                    "failure seen %.3f s (handler %.3f s) after the kill: bound 1 s", d_err,
+                    d_handler);
         TWT_EQ(tw_finalize(ctx), TW_OK);
         TWT_EQ(tw_cq_destroy(cq), TW_OK);
-        TWT_EQ(atomic_load(&handler_calls), 1);
+        TWT_EQ(tw_mp_errors_count(), 1);
     }
 
     /* A context without faults: rank 1 reports what arrived. */
     TWT_EQ(unsetenv("TW_FAULT"), 0);
-    handler_reset();
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);
-    TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
+    tw_mp_attach(ctx);
     TWT_EQ(tw_cq_create(ctx, 64, &cq), TW_OK);
     if (tw_rank(ctx) == 0) {
         recv_wait(ctx, cq, 1, TAG_REPORT, got, iters * sizeof(got[0]));
@@ -527,7 +490,7 @@ static unsigned run_nopath(void)
     }
     TWT_EQ(tw_finalize(ctx), TW_OK);
     TWT_EQ(tw_cq_destroy(cq), TW_OK);
-    TWT_EQ(atomic_load(&handler_calls), 0);
+    TWT_EQ(tw_mp_errors_count(), 0);
     return iters;
 }
 
@@ -596,7 +559,7 @@ static void sigstop_rank0(tw_context_t *ctx, tw_cq_t *cq, double bound, double p
                "rank 1 failed after %u messages, before the SIGSTOP (%u ok, %u failed): see "
                "the log",
                s.posted, s.ok, s.failed);
-    double t_handler = handler_check_once(ctx);
+    double t_handler = tw_mp_errors_expect_once(1 - tw_rank(ctx), TW_ERR_PEER_FAILED).t;
     double took = t_handler - stop_time, took_err = s.t_err - stop_time;
     printf("rank 0: iteration %u: rank 1 stopped after %d messages; failed after %.1f ms "
            "(handler; first failed send %.1f ms); keepalive bound %.0f ms; %u sends ok, %u "
@@ -635,7 +598,7 @@ static void sigstop_rank0(tw_context_t *ctx, tw_cq_t *cq, double bound, double p
                "rank 1 sent %d messages after it resumed, but none was counted stale", late_posted);
     TWT_CHECKF(tw_cq_poll(cq, &c, 1) == 0, "a completion after the failure (tag %#llx, %s)",
                (unsigned long long)c.tag, tw_strerror(c.status));
-    TWT_EQ(atomic_load(&handler_calls), 1);
+    TWT_EQ(tw_mp_errors_count(), 1);
 }
 
 static void sigstop_rank1(tw_context_t *ctx, tw_cq_t *cq, double bound, unsigned it)
@@ -648,7 +611,7 @@ static void sigstop_rank1(tw_context_t *ctx, tw_cq_t *cq, double bound, unsigned
     TWT_EQ(send_wait(ctx, cq, 0, TAG_PID, &me, sizeof(me)), TW_OK);
     TWT_CHECK(observer > 0);
     sink(ctx, cq, true, &k);
-    double t_handler = handler_check_once(ctx);
+    double t_handler = tw_mp_errors_expect_once(1 - tw_rank(ctx), TW_ERR_PEER_FAILED).t;
     TWT_CHECKF(atomic_load(&cont_ns) != 0, "rank 1 saw rank 0 fail but was never stopped");
     double after = t_handler - (double)atomic_load(&cont_ns) * 1e-9;
     printf("rank 1: iteration %u: %u messages intact, each once; resumed, found rank 0 failed "
@@ -669,9 +632,6 @@ static unsigned run_sigstop(void)
     struct sigaction sa = {.sa_sigaction = on_usr1, .sa_flags = SA_SIGINFO};
     struct sigaction sc = {.sa_handler = on_cont};
 
-    check_env("TW_RELIABLE", "1");
-    check_env("TW_TRANSPORTS", "tcp");
-    check_env("TW_TCP_TIMEOUT", "60s");
     TWT_CHECKF(bound <= 2, "keepalive bound %.1f s: this test wants it short (300ms x 3)", bound);
     sigemptyset(&sa.sa_mask);
     sigemptyset(&sc.sa_mask);
@@ -683,9 +643,8 @@ static unsigned run_sigstop(void)
         tw_completion_t c;
         int rank;
 
-        handler_reset();
         TWT_EQ(tw_init(NULL, &ctx), TW_OK);
-        TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
+        tw_mp_attach(ctx);
         TWT_EQ(tw_size(ctx), 2);
         TWT_EQ(tw_cq_create(ctx, 64, &cq), TW_OK);
         rank = tw_rank(ctx);
@@ -703,7 +662,7 @@ static unsigned run_sigstop(void)
         }
         TWT_EQ(tw_cq_poll(cq, &c, 1), 0);
         TWT_EQ(tw_cq_destroy(cq), TW_OK);
-        TWT_EQ(atomic_load(&handler_calls), 1);
+        TWT_EQ(tw_mp_errors_count(), 1);
     }
     return iters;
 }
@@ -926,30 +885,25 @@ static void stall_receiver(tw_context_t *ctx, tw_cq_t *cq, double stall_s)
     check_cq_empty(cq);
 }
 
-static unsigned run_stall(void)
+static unsigned run_stall(bool cold)
 {
     double stall_s = env_uint("TWTEST_STALL_S", 5, 600);
-    const char *cold = getenv("TWTEST_STALL_COLD");
     tw_context_t *ctx;
     tw_cq_t *cq;
     int hello = 0;
 
-    check_env("TW_RELIABLE", "1");
-    check_env("TW_PROGRESS_THREADS", "0");
-    check_env("TW_REL_QUEUE", "64");
-    handler_reset();
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);
-    TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
+    tw_mp_attach(ctx);
     TWT_EQ(tw_size(ctx), 2);
     TWT_EQ(tw_cq_create(ctx, 1024, &cq), TW_OK);
     /* TCP connects on the first frame; a manual-mode peer gets
-     * TW_TCP_TIMEOUT to answer the handshake (TWTEST_STALL_COLD=1 dials
-     * it during the stall, rel_stall_tcp_cold). Otherwise open the
+     * TW_TCP_TIMEOUT to answer the handshake (the case stall_tcp_cold
+     * dials it during the stall). Otherwise open the
      * connection with a round trip before the stall.
      * Rank 1 drives progress 20 ms more (its answer must leave) and
      * stops; rank 0 starts 200 ms after the answer came, so nothing it
      * sends meets a polling receiver. */
-    if (cold == NULL || strcmp(cold, "1") != 0) {
+    if (!cold) {
         if (tw_rank(ctx) == 0) {
             TWT_EQ(send_wait(ctx, cq, 1, TAG_PID, &hello, sizeof(hello)), TW_OK);
             recv_wait(ctx, cq, 1, TAG_PID, &hello, sizeof(hello));
@@ -967,36 +921,73 @@ static unsigned run_stall(void)
     } else {
         stall_receiver(ctx, cq, stall_s);
     }
-    TWT_EQ(atomic_load(&handler_calls), 0);
+    TWT_EQ(tw_mp_errors_count(), 0);
     TWT_EQ(tw_finalize(ctx), TW_OK);
     TWT_EQ(tw_cq_destroy(cq), TW_OK);
-    TWT_EQ(atomic_load(&handler_calls), 0);
+    TWT_EQ(tw_mp_errors_count(), 0);
     return 0;
 }
 
-int main(void)
-{
-    const char *fault = getenv("TWTEST_FAULT");
-    uint64_t w0 = tw_log_count(TW_LOG_WARN), e0 = tw_log_count(TW_LOG_ERROR);
-    unsigned failures = 0;
+/* ---- cases: each sets the environment it runs in ----------------------- */
 
-    TWT_CHECKF(fault != NULL, "set TWTEST_FAULT to nopath, sigstop or stall");
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (strcmp(fault, "nopath") == 0) {
-        failures = run_nopath();
-    } else if (strcmp(fault, "sigstop") == 0) {
-        failures = run_sigstop();
-    } else if (strcmp(fault, "stall") == 0) {
-        failures = run_stall();
-    } else {
-        TWT_CHECKF(0, "unknown TWTEST_FAULT '%s'", fault);
+static uint64_t warns0, errors0;
+
+/* Set @p env ("NAME=value" strings) before the case's first tw_init. */
+static void case_env(const char *const *env, size_t n)
+{
+    TWT_CHECKF(getenv("TW_FAULT") == NULL, "the test sets TW_FAULT itself");
+    for (size_t i = 0; i < n; i++) {
+        char name[64];
+        const char *eq = strchr(env[i], '=');
+        TWT_CHECK(eq != NULL && (size_t)(eq - env[i]) < sizeof(name));
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - env[i]), env[i]);
+        TWT_EQ(setenv(name, eq + 1, 1), 0);
     }
-    /* The log says what happened and nothing else: one error line per
-     * failed peer (rel's "rank N failed"), no warning. */
-    uint64_t warns = tw_log_count(TW_LOG_WARN) - w0, errors = tw_log_count(TW_LOG_ERROR) - e0;
+    warns0 = tw_log_count(TW_LOG_WARN);
+    errors0 = tw_log_count(TW_LOG_ERROR);
+}
+
+/* The log says what happened and nothing else: one error line per failed
+ * peer (rel's "rank N failed"), no warning. */
+static void check_log(unsigned failures)
+{
+    uint64_t warns = tw_log_count(TW_LOG_WARN) - warns0;
+    uint64_t errors = tw_log_count(TW_LOG_ERROR) - errors0;
+
     TWT_CHECKF(warns == 0 && errors == failures,
                "the log has %llu warnings and %llu errors; expected none and %u (one per "
                "failed peer): see above",
                (unsigned long long)warns, (unsigned long long)errors, failures);
-    return 0;
+}
+
+#define CASE(name, run, ...)                                             \
+    static void case_##name(void)                                        \
+    {                                                                    \
+        static const char *const env[] = {"TW_RELIABLE=1", __VA_ARGS__}; \
+        case_env(env, TWT_ARRAY_SIZE(env));                              \
+        check_log(run);                                                  \
+    }
+
+CASE(nopath_tcp, run_nopath(), "TW_TRANSPORTS=tcp")
+CASE(nopath_shm, run_nopath(), "TW_TRANSPORTS=shm")
+/* TCP's own silence check must not act first: only rel's keepalive. */
+CASE(sigstop, run_sigstop(), "TW_TRANSPORTS=tcp", "TW_TCP_TIMEOUT=60s", "TW_REL_KEEPALIVE=300ms",
+     "TW_REL_MISSES=3")
+/* Manual progress, a short rel queue, keepalive and path timeout far off;
+ * _cold: the tcp connection is first dialed during the stall. */
+#define STALL_ENV \
+    "TW_PROGRESS_THREADS=0", "TW_REL_KEEPALIVE=10s", "TW_REL_QUEUE=64", "TW_REL_PATH_TIMEOUT=20s"
+CASE(stall_shm, run_stall(false), STALL_ENV, "TW_TRANSPORTS=shm")
+CASE(stall_tcp, run_stall(false), STALL_ENV, "TW_TRANSPORTS=tcp")
+CASE(stall_tcp_cold, run_stall(true), STALL_ENV, "TW_TRANSPORTS=tcp")
+
+int main(int argc, char **argv)
+{
+    static const twt_case_t cases[] = {
+        {"nopath_tcp", case_nopath_tcp}, {"nopath_shm", case_nopath_shm},
+        {"sigstop", case_sigstop},       {"stall_shm", case_stall_shm},
+        {"stall_tcp", case_stall_tcp},   {"stall_tcp_cold", case_stall_tcp_cold}};
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
 }

@@ -4,7 +4,7 @@
  * One-sided operations between every thread of every rank.
  *
  *   twrun -n N test_rma [-t THREADS] [-i ITERS] [--seed S] [--no-refuse]
- *                       [--expect-direct] [--stats]
+ *                       [--expect-direct] [--kill] [--max-stall S] [--stats[=json]]
  *
  * Every rank registers a window (one 256 KiB + 64 B slot per (rank,
  * thread) of the job) and a source region of 1 MiB whose byte i is a
@@ -30,7 +30,7 @@
  * a put and a get to a region its owner deregistered complete with
  * TW_ERR_INVALID while the connection goes on working.
  * --expect-direct: some operations must have gone by RDMA (the "rma"
- * counters' "direct", read from tw_stats_print).
+ * counters' "direct", read from tw_stats_json).
  * --kill (2 ranks, manual progress, twrun --keep-going): rank 1 swaps
  * keys, says it stops, then serves nothing and exits without tw_finalize;
  * the puts, gets and flush rank 0 posted to it must all complete
@@ -38,7 +38,6 @@
  * Exit 0 only when every count and byte matches.
  */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -46,7 +45,7 @@
 #include <unistd.h>
 
 #include "threadwire/threadwire.h"
-#include "tw_test.h"
+#include "tw_mp.h"
 
 #define MAX_THREADS 16
 #define MAX_RANKS   64
@@ -57,17 +56,6 @@
 #define TAG_GONE    0x474f4e4500000000ull
 #define TAG_BARRIER 0x4241520000000000ull
 #define TAG_STOP    0x53544f5000000000ull
-
-#define RMA_CHECK(cond, ...)                                                                  \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "FAIL rank %d (%s:%d): %s: ", g_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-            fflush(stderr);                                                                   \
-            _exit(1);                                                                         \
-        }                                                                                     \
-    } while (0)
 
 /* What a rank tells every other: its regions and their keys. */
 typedef struct peer_keys {
@@ -83,7 +71,7 @@ typedef struct peer_keys {
 static int g_rank, g_size;
 static unsigned g_threads;
 static uint32_t g_iters;
-static uint64_t g_seed = 7;
+static uint64_t g_seed;
 static tw_context_t *g_ctx;
 static unsigned char *g_win, *g_src;
 static size_t g_win_len;
@@ -126,19 +114,11 @@ static unsigned char src_byte(int rank, size_t i)
 static void pump(tw_cq_t *cq, tw_completion_t *c, int *n)
 {
     *n = tw_cq_wait(cq, c, 1, 100);
-    RMA_CHECK(*n >= 0, "tw_cq_wait");
+    TW_MP_CHECK(*n >= 0, "tw_cq_wait");
+    if (*n > 0) {
+        tw_mp_tick();
+    }
 }
-
-/* Post with retries while the CQ or a ring is full. */
-#define POST(call)                               \
-    ({                                           \
-        tw_status_t st_;                         \
-        while ((st_ = (call)) == TW_ERR_AGAIN) { \
-            (void)tw_progress(g_ctx);            \
-            sched_yield();                       \
-        }                                        \
-        st_;                                     \
-    })
 
 /* Wait for exactly one completion and return it. */
 static tw_completion_t wait_one(tw_cq_t *cq)
@@ -159,10 +139,10 @@ static void check_put(const tw_completion_t *c, unsigned char *out, int p, size_
 {
     size_t at = (size_t)((unsigned char *)c->user - out);
 
-    RMA_CHECK(c->op == TW_OP_PUT && c->status == TW_OK && c->peer == p && at <= len &&
-                  c->length == TWT_MIN_SZ(piece, len - at),
-              "put to %d: op %d, %s, length %zu at %zu", p, c->op, tw_strerror(c->status),
-              c->length, at);
+    TW_MP_CHECK(c->op == TW_OP_PUT && c->status == TW_OK && c->peer == p && at <= len &&
+                    c->length == TWT_MIN_SZ(piece, len - at),
+                "put to %d: op %d, %s, length %zu at %zu", p, c->op, tw_strerror(c->status),
+                c->length, at);
 }
 
 typedef struct worker {
@@ -178,8 +158,8 @@ static void *worker_main(void *arg)
     unsigned char *out = malloc(SLOT), *back = malloc(SLOT), *got = malloc(SRC_LEN);
     tw_completion_t c;
 
-    RMA_CHECK(out != NULL && back != NULL && got != NULL, "malloc");
-    RMA_CHECK(tw_cq_create(g_ctx, 16, &cq) == TW_OK, "tw_cq_create");
+    TW_MP_CHECK(out != NULL && back != NULL && got != NULL, "malloc");
+    TW_MP_CHECK(tw_cq_create(g_ctx, 16, &cq) == TW_OK, "tw_cq_create");
     for (uint32_t round = 0; round < g_iters; round++) {
         for (int k = 0; k < g_size; k++) {
             int p = (g_rank + k + (int)round) % g_size;
@@ -196,16 +176,16 @@ static void *worker_main(void *arg)
             for (unsigned j = 0; j < nput; j++) {
                 size_t at = TWT_MIN_SZ((size_t)j * piece, len);
                 size_t n = TWT_MIN_SZ(piece, len - at);
-                RMA_CHECK(POST(tw_put(g_ctx, p, out + at, n, raddr + at, g_keys[p].win_key, cq,
-                                      out + at)) == TW_OK,
-                          "put to %d", p);
+                TW_MP_CHECK(TW_MP_POST(g_ctx, tw_put(g_ctx, p, out + at, n, raddr + at,
+                                                     g_keys[p].win_key, cq, out + at)) == TW_OK,
+                            "put to %d", p);
             }
-            RMA_CHECK(POST(tw_flush(g_ctx, p, cq, back)) == TW_OK, "flush of %d", p);
+            TW_MP_CHECK(TW_MP_POST(g_ctx, tw_flush(g_ctx, p, cq, back)) == TW_OK, "flush of %d", p);
             for (bool flushed = false; !flushed;) {
                 c = wait_one(cq);
                 if (c.op == TW_OP_FLUSH) {
-                    RMA_CHECK(c.status == TW_OK && c.user == back && c.peer == p, "flush of %d: %s",
-                              p, tw_strerror(c.status));
+                    TW_MP_CHECK(c.status == TW_OK && c.user == back && c.peer == p,
+                                "flush of %d: %s", p, tw_strerror(c.status));
                     flushed = true;
                 } else {
                     check_put(&c, out, p, piece, len);
@@ -213,21 +193,22 @@ static void *worker_main(void *arg)
                 }
             }
             memset(back, 0xee, len);
-            RMA_CHECK(POST(tw_get(g_ctx, p, back, len, raddr, g_keys[p].win_key, cq, got)) == TW_OK,
-                      "get back from %d", p);
+            TW_MP_CHECK(TW_MP_POST(g_ctx, tw_get(g_ctx, p, back, len, raddr, g_keys[p].win_key, cq,
+                                                 got)) == TW_OK,
+                        "get back from %d", p);
             for (bool gotten = false; !gotten;) {
                 c = wait_one(cq);
                 if (c.op == TW_OP_GET) {
-                    RMA_CHECK(c.status == TW_OK && c.user == got && c.length == len,
-                              "get back of %zu B from %d: %s", len, p, tw_strerror(c.status));
+                    TW_MP_CHECK(c.status == TW_OK && c.user == got && c.length == len,
+                                "get back of %zu B from %d: %s", len, p, tw_strerror(c.status));
                     gotten = true;
                 } else {
                     check_put(&c, out, p, piece, len);
                     puts_done++;
                 }
             }
-            RMA_CHECK(memcmp(back, out, len) == 0, "%zu bytes read back from rank %d differ", len,
-                      p);
+            TW_MP_CHECK(memcmp(back, out, len) == 0, "%zu bytes read back from rank %d differ", len,
+                        p);
             while (puts_done < nput) {
                 c = wait_one(cq);
                 check_put(&c, out, p, piece, len);
@@ -241,45 +222,24 @@ static void *worker_main(void *arg)
             uint64_t st = seed_of(g_rank, w->idx, p, round) ^ 0x6767;
             size_t glen = round % 5 == 0 ? SRC_LEN : twt_rand(&st) % (SRC_LEN / 4);
             size_t goff = twt_rand(&st) % (SRC_LEN - glen + 1);
-            RMA_CHECK(POST(tw_get(g_ctx, p, got, glen, g_keys[p].src + goff, g_keys[p].src_key, cq,
-                                  NULL)) == TW_OK,
-                      "get from %d", p);
+            TW_MP_CHECK(TW_MP_POST(g_ctx, tw_get(g_ctx, p, got, glen, g_keys[p].src + goff,
+                                                 g_keys[p].src_key, cq, NULL)) == TW_OK,
+                        "get from %d", p);
             c = wait_one(cq);
-            RMA_CHECK(c.op == TW_OP_GET && c.status == TW_OK && c.length == glen,
-                      "get of %zu B from %d: %s", glen, p, tw_strerror(c.status));
+            TW_MP_CHECK(c.op == TW_OP_GET && c.status == TW_OK && c.length == glen,
+                        "get of %zu B from %d: %s", glen, p, tw_strerror(c.status));
             for (size_t i = 0; i < glen; i++) {
-                RMA_CHECK(got[i] == src_byte(p, goff + i), "byte %zu of rank %d's source", goff + i,
-                          p);
+                TW_MP_CHECK(got[i] == src_byte(p, goff + i), "byte %zu of rank %d's source",
+                            goff + i, p);
             }
             w->gets++;
         }
     }
-    RMA_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
     free(out);
     free(back);
     free(got);
     return NULL;
-}
-
-/* Tagged 0-byte messages to and from every other rank. */
-static void barrier(uint64_t tag)
-{
-    tw_cq_t *cq;
-    char dummy[1];
-    int want = 2 * (g_size - 1);
-
-    RMA_CHECK(tw_cq_create(g_ctx, (unsigned)want + 1, &cq) == TW_OK, "barrier CQ");
-    for (int r = 0; r < g_size; r++) {
-        if (r != g_rank) {
-            RMA_CHECK(tw_recv(g_ctx, r, tag, 0, dummy, 0, cq, NULL) == TW_OK, "barrier recv");
-            RMA_CHECK(tw_send(g_ctx, r, tag, dummy, 0, cq, NULL) == TW_OK, "barrier send");
-        }
-    }
-    for (int got = 0; got < want; got++) {
-        tw_completion_t c = wait_one(cq);
-        RMA_CHECK(c.status == TW_OK, "barrier with %d: %s", c.peer, tw_strerror(c.status));
-    }
-    RMA_CHECK(tw_cq_destroy(cq) == TW_OK, "barrier CQ destroy");
 }
 
 static void exchange_keys(const peer_keys_t *mine)
@@ -288,22 +248,22 @@ static void exchange_keys(const peer_keys_t *mine)
     int want = 2 * (g_size - 1);
 
     g_keys[g_rank] = *mine;
-    RMA_CHECK(tw_cq_create(g_ctx, (unsigned)want + 1, &cq) == TW_OK, "keys CQ");
+    TW_MP_CHECK(tw_cq_create(g_ctx, (unsigned)want + 1, &cq) == TW_OK, "keys CQ");
     for (int r = 0; r < g_size; r++) {
         if (r != g_rank) {
-            RMA_CHECK(tw_recv(g_ctx, r, TAG_KEYS, 0, &g_keys[r], sizeof(g_keys[r]), cq, NULL) ==
-                          TW_OK,
-                      "keys recv");
-            RMA_CHECK(tw_send(g_ctx, r, TAG_KEYS, mine, sizeof(*mine), cq, NULL) == TW_OK,
-                      "keys send");
+            TW_MP_CHECK(tw_recv(g_ctx, r, TAG_KEYS, 0, &g_keys[r], sizeof(g_keys[r]), cq, NULL) ==
+                            TW_OK,
+                        "keys recv");
+            TW_MP_CHECK(tw_send(g_ctx, r, TAG_KEYS, mine, sizeof(*mine), cq, NULL) == TW_OK,
+                        "keys send");
         }
     }
     for (int got = 0; got < want; got++) {
         tw_completion_t c = wait_one(cq);
-        RMA_CHECK(c.status == TW_OK && (c.op == TW_OP_SEND || c.length == sizeof(*mine)),
-                  "keys with %d: %s, %zu bytes", c.peer, tw_strerror(c.status), c.length);
+        TW_MP_CHECK(c.status == TW_OK && (c.op == TW_OP_SEND || c.length == sizeof(*mine)),
+                    "keys with %d: %s, %zu bytes", c.peer, tw_strerror(c.status), c.length);
     }
-    RMA_CHECK(tw_cq_destroy(cq) == TW_OK, "keys CQ destroy");
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "keys CQ destroy");
 }
 
 /* Arguments the library must refuse, before anything is posted. */
@@ -315,48 +275,48 @@ static void check_refusals(void)
     int p = (g_rank + 1) % g_size;
     size_t len = 10;
 
-    RMA_CHECK(tw_cq_create(g_ctx, 4, &cq) == TW_OK, "CQ");
+    TW_MP_CHECK(tw_cq_create(g_ctx, 4, &cq) == TW_OK, "CQ");
     /* Out of the region: one byte past its end. */
-    RMA_CHECK(tw_put(g_ctx, p, buf, 2, g_keys[p].win + g_win_len - 1, g_keys[p].win_key, cq,
-                     NULL) == TW_ERR_INVALID,
-              "put past the end");
-    RMA_CHECK(tw_get(g_ctx, p, buf, 1, g_keys[p].win - 1, g_keys[p].win_key, cq, NULL) ==
-                  TW_ERR_INVALID,
-              "get before the start");
-    RMA_CHECK(tw_put(g_ctx, p, buf, 0, 0, g_keys[p].win_key, cq, NULL) == TW_ERR_INVALID,
-              "put to address 0");
+    TW_MP_CHECK(tw_put(g_ctx, p, buf, 2, g_keys[p].win + g_win_len - 1, g_keys[p].win_key, cq,
+                       NULL) == TW_ERR_INVALID,
+                "put past the end");
+    TW_MP_CHECK(tw_get(g_ctx, p, buf, 1, g_keys[p].win - 1, g_keys[p].win_key, cq, NULL) ==
+                    TW_ERR_INVALID,
+                "get before the start");
+    TW_MP_CHECK(tw_put(g_ctx, p, buf, 0, 0, g_keys[p].win_key, cq, NULL) == TW_ERR_INVALID,
+                "put to address 0");
     if (g_size > 1) {
         /* A key of rank g_rank's memory used for rank p. */
-        RMA_CHECK(tw_put(g_ctx, p, buf, 1, g_keys[g_rank].win, g_keys[g_rank].win_key, cq, NULL) ==
-                      TW_ERR_INVALID,
-                  "key of another rank");
+        TW_MP_CHECK(tw_put(g_ctx, p, buf, 1, g_keys[g_rank].win, g_keys[g_rank].win_key, cq,
+                           NULL) == TW_ERR_INVALID,
+                    "key of another rank");
     }
     memcpy(bad, g_keys[p].win_key, sizeof(bad));
     bad[0] ^= 0xff;
-    RMA_CHECK(tw_put(g_ctx, p, buf, 1, g_keys[p].win, bad, cq, NULL) == TW_ERR_INVALID,
-              "damaged key");
+    TW_MP_CHECK(tw_put(g_ctx, p, buf, 1, g_keys[p].win, bad, cq, NULL) == TW_ERR_INVALID,
+                "damaged key");
     memcpy(bad, g_keys[p].win_key, sizeof(bad));
     bad[4] = 99; /* version */
-    RMA_CHECK(tw_get(g_ctx, p, buf, 1, g_keys[p].win, bad, cq, NULL) == TW_ERR_INVALID,
-              "key of another version");
-    RMA_CHECK(tw_put(g_ctx, p, buf, 1, g_keys[p].win, NULL, cq, NULL) == TW_ERR_INVALID,
-              "NULL key");
-    RMA_CHECK(tw_get(g_ctx, p, NULL, 1, g_keys[p].win, g_keys[p].win_key, cq, NULL) ==
-                  TW_ERR_INVALID,
-              "NULL destination");
-    RMA_CHECK(tw_put(g_ctx, g_size, buf, 1, g_keys[p].win, g_keys[p].win_key, cq, NULL) ==
-                  TW_ERR_INVALID,
-              "rank out of range");
-    RMA_CHECK(tw_flush(g_ctx, -1, cq, NULL) == TW_ERR_INVALID, "flush of rank -1");
-    RMA_CHECK(tw_flush(g_ctx, p, NULL, NULL) == TW_ERR_INVALID, "flush with NULL CQ");
-    RMA_CHECK(tw_mem_register(g_ctx, buf, 0, &(tw_mr_t *){NULL}) == TW_ERR_INVALID,
-              "register 0 bytes");
-    RMA_CHECK(tw_mem_register(g_ctx, NULL, 8, &(tw_mr_t *){NULL}) == TW_ERR_INVALID,
-              "register NULL");
-    RMA_CHECK(tw_mem_deregister(NULL) == TW_ERR_INVALID, "deregister NULL");
-    RMA_CHECK(tw_mr_pack(NULL, bad, &len) == TW_ERR_INVALID, "pack NULL");
-    RMA_CHECK(tw_cq_poll(cq, &(tw_completion_t){0}, 1) == 0, "a refused call completed");
-    RMA_CHECK(tw_cq_destroy(cq) == TW_OK, "CQ destroy");
+    TW_MP_CHECK(tw_get(g_ctx, p, buf, 1, g_keys[p].win, bad, cq, NULL) == TW_ERR_INVALID,
+                "key of another version");
+    TW_MP_CHECK(tw_put(g_ctx, p, buf, 1, g_keys[p].win, NULL, cq, NULL) == TW_ERR_INVALID,
+                "NULL key");
+    TW_MP_CHECK(tw_get(g_ctx, p, NULL, 1, g_keys[p].win, g_keys[p].win_key, cq, NULL) ==
+                    TW_ERR_INVALID,
+                "NULL destination");
+    TW_MP_CHECK(tw_put(g_ctx, g_size, buf, 1, g_keys[p].win, g_keys[p].win_key, cq, NULL) ==
+                    TW_ERR_INVALID,
+                "rank out of range");
+    TW_MP_CHECK(tw_flush(g_ctx, -1, cq, NULL) == TW_ERR_INVALID, "flush of rank -1");
+    TW_MP_CHECK(tw_flush(g_ctx, p, NULL, NULL) == TW_ERR_INVALID, "flush with NULL CQ");
+    TW_MP_CHECK(tw_mem_register(g_ctx, buf, 0, &(tw_mr_t *){NULL}) == TW_ERR_INVALID,
+                "register 0 bytes");
+    TW_MP_CHECK(tw_mem_register(g_ctx, NULL, 8, &(tw_mr_t *){NULL}) == TW_ERR_INVALID,
+                "register NULL");
+    TW_MP_CHECK(tw_mem_deregister(NULL) == TW_ERR_INVALID, "deregister NULL");
+    TW_MP_CHECK(tw_mr_pack(NULL, bad, &len) == TW_ERR_INVALID, "pack NULL");
+    TW_MP_CHECK(tw_cq_poll(cq, &(tw_completion_t){0}, 1) == 0, "a refused call completed");
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "CQ destroy");
 }
 
 /* Operations on a region its owner deregistered: refused at the target,
@@ -368,27 +328,28 @@ static void check_gone(void)
     int p = (g_rank + 1) % g_size;
     tw_completion_t c;
 
-    RMA_CHECK(tw_cq_create(g_ctx, 4, &cq) == TW_OK, "CQ");
-    RMA_CHECK(tw_put(g_ctx, p, buf, sizeof(buf), g_keys[p].gone, g_keys[p].gone_key, cq, NULL) ==
-                  TW_OK,
-              "put to a deregistered region");
+    TW_MP_CHECK(tw_cq_create(g_ctx, 4, &cq) == TW_OK, "CQ");
+    TW_MP_CHECK(tw_put(g_ctx, p, buf, sizeof(buf), g_keys[p].gone, g_keys[p].gone_key, cq, NULL) ==
+                    TW_OK,
+                "put to a deregistered region");
     c = wait_one(cq);
-    RMA_CHECK(c.op == TW_OP_PUT && c.status == TW_ERR_INVALID,
-              "put to a deregistered region: op %d, %s", c.op, tw_strerror(c.status));
-    RMA_CHECK(tw_get(g_ctx, p, buf, 16, g_keys[p].gone + 8, g_keys[p].gone_key, cq, NULL) == TW_OK,
-              "get from a deregistered region");
+    TW_MP_CHECK(c.op == TW_OP_PUT && c.status == TW_ERR_INVALID,
+                "put to a deregistered region: op %d, %s", c.op, tw_strerror(c.status));
+    TW_MP_CHECK(tw_get(g_ctx, p, buf, 16, g_keys[p].gone + 8, g_keys[p].gone_key, cq, NULL) ==
+                    TW_OK,
+                "get from a deregistered region");
     c = wait_one(cq);
-    RMA_CHECK(c.op == TW_OP_GET && c.status == TW_ERR_INVALID,
-              "get from a deregistered region: op %d, %s", c.op, tw_strerror(c.status));
-    RMA_CHECK(tw_get(g_ctx, p, buf, 16, g_keys[p].src + 16, g_keys[p].src_key, cq, NULL) == TW_OK,
-              "get after a refusal");
+    TW_MP_CHECK(c.op == TW_OP_GET && c.status == TW_ERR_INVALID,
+                "get from a deregistered region: op %d, %s", c.op, tw_strerror(c.status));
+    TW_MP_CHECK(tw_get(g_ctx, p, buf, 16, g_keys[p].src + 16, g_keys[p].src_key, cq, NULL) == TW_OK,
+                "get after a refusal");
     c = wait_one(cq);
-    RMA_CHECK(c.status == TW_OK && c.length == 16, "get after a refusal: %s",
-              tw_strerror(c.status));
+    TW_MP_CHECK(c.status == TW_OK && c.length == 16, "get after a refusal: %s",
+                tw_strerror(c.status));
     for (size_t i = 0; i < 16; i++) {
-        RMA_CHECK(buf[i] == src_byte(p, 16 + i), "byte %zu after a refusal", i);
+        TW_MP_CHECK(buf[i] == src_byte(p, 16 + i), "byte %zu after a refusal", i);
     }
-    RMA_CHECK(tw_cq_destroy(cq) == TW_OK, "CQ destroy");
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "CQ destroy");
 }
 
 /* --kill, rank 0: everything posted to the rank that dies fails. */
@@ -400,46 +361,46 @@ static void check_kill(void)
     int want = 2 * K + 1, failed = 0, done = 0, by_op[TW_OP_FLUSH + 1] = {0};
     double deadline = twt_now() + 60;
 
-    RMA_CHECK(tw_cq_create(g_ctx, (unsigned)want, &cq) == TW_OK, "CQ");
+    TW_MP_CHECK(tw_cq_create(g_ctx, (unsigned)want, &cq) == TW_OK, "CQ");
     /* Rank 1 stops progressing once it has sent this. */
     char stop;
-    RMA_CHECK(tw_recv(g_ctx, 1, TAG_STOP, 0, &stop, 1, cq, NULL) == TW_OK, "recv stop");
+    TW_MP_CHECK(tw_recv(g_ctx, 1, TAG_STOP, 0, &stop, 1, cq, NULL) == TW_OK, "recv stop");
     tw_completion_t sc = wait_one(cq);
-    RMA_CHECK(sc.status == TW_OK, "stop from rank 1: %s", tw_strerror(sc.status));
+    TW_MP_CHECK(sc.status == TW_OK, "stop from rank 1: %s", tw_strerror(sc.status));
     for (int j = 0; j < K; j++) {
         size_t len = j % 2 == 0 ? 100 : SLOT;
-        RMA_CHECK(POST(tw_put(g_ctx, 1, buf[j], len, g_keys[1].win, g_keys[1].win_key, cq, NULL)) ==
-                      TW_OK,
-                  "put");
-        RMA_CHECK(POST(tw_get(g_ctx, 1, buf[K + j], len, g_keys[1].src, g_keys[1].src_key, cq,
-                              NULL)) == TW_OK,
-                  "get");
+        TW_MP_CHECK(TW_MP_POST(g_ctx, tw_put(g_ctx, 1, buf[j], len, g_keys[1].win,
+                                             g_keys[1].win_key, cq, NULL)) == TW_OK,
+                    "put");
+        TW_MP_CHECK(TW_MP_POST(g_ctx, tw_get(g_ctx, 1, buf[K + j], len, g_keys[1].src,
+                                             g_keys[1].src_key, cq, NULL)) == TW_OK,
+                    "get");
     }
-    RMA_CHECK(POST(tw_flush(g_ctx, 1, cq, NULL)) == TW_OK, "flush");
+    TW_MP_CHECK(TW_MP_POST(g_ctx, tw_flush(g_ctx, 1, cq, NULL)) == TW_OK, "flush");
     while (done < want) {
         tw_completion_t c;
         int n = tw_cq_wait(cq, &c, 1, 100);
-        RMA_CHECK(n >= 0 && twt_now() < deadline,
-                  "%d of %d operations completed so far: %d of %d puts, %d of %d gets, %d flush",
-                  done, want, by_op[TW_OP_PUT], K, by_op[TW_OP_GET], K, by_op[TW_OP_FLUSH]);
+        TW_MP_CHECK(n >= 0 && twt_now() < deadline,
+                    "%d of %d operations completed so far: %d of %d puts, %d of %d gets, %d flush",
+                    done, want, by_op[TW_OP_PUT], K, by_op[TW_OP_GET], K, by_op[TW_OP_FLUSH]);
         if (n == 1) {
-            RMA_CHECK(c.status == TW_ERR_PEER_FAILED && c.peer == 1, "op %d to the dead rank: %s",
-                      c.op, tw_strerror(c.status));
+            TW_MP_CHECK(c.status == TW_ERR_PEER_FAILED && c.peer == 1, "op %d to the dead rank: %s",
+                        c.op, tw_strerror(c.status));
             failed += c.status != TW_OK;
             done++;
             by_op[c.op]++;
         }
     }
-    RMA_CHECK(tw_put(g_ctx, 1, buf[0], 8, g_keys[1].win, g_keys[1].win_key, cq, NULL) ==
-                  TW_ERR_PEER_FAILED,
-              "put after the failure");
-    RMA_CHECK(tw_flush(g_ctx, 1, cq, NULL) == TW_ERR_PEER_FAILED, "flush after the failure");
-    RMA_CHECK(tw_cq_destroy(cq) == TW_OK, "CQ destroy");
+    TW_MP_CHECK(tw_put(g_ctx, 1, buf[0], 8, g_keys[1].win, g_keys[1].win_key, cq, NULL) ==
+                    TW_ERR_PEER_FAILED,
+                "put after the failure");
+    TW_MP_CHECK(tw_flush(g_ctx, 1, cq, NULL) == TW_ERR_PEER_FAILED, "flush after the failure");
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "CQ destroy");
     printf("rma rank 0: %d operations to the rank that died, %d completed TW_ERR_PEER_FAILED\n",
            want, failed);
 }
 
-/* The "direct" counter of the rma group, from tw_stats_print. */
+/* The "direct" counter of the rma group, from tw_stats_json. */
 static unsigned long long direct_ops(void)
 {
     char *text = NULL, *at;
@@ -447,146 +408,117 @@ static unsigned long long direct_ops(void)
     FILE *f = open_memstream(&text, &size);
     unsigned long long n = 0;
 
-    RMA_CHECK(f != NULL, "open_memstream");
-    RMA_CHECK(tw_stats_print(g_ctx, f) == TW_OK, "tw_stats_print");
+    TW_MP_CHECK(f != NULL, "open_memstream");
+    TW_MP_CHECK(tw_stats_json(g_ctx, f) == TW_OK, "tw_stats_json");
     fclose(f);
-    at = strstr(text, "rma:");
-    RMA_CHECK(at != NULL, "no rma counters in:\n%s", text);
-    at = strstr(at, "direct=");
-    RMA_CHECK(at != NULL, "no direct counter in:\n%s", text);
-    n = strtoull(at + strlen("direct="), NULL, 10);
+    at = strstr(text, "\"rma\":{");
+    TW_MP_CHECK(at != NULL, "no rma counters in:\n%s", text);
+    at = strstr(at, "\"direct\":");
+    TW_MP_CHECK(at != NULL, "no direct counter in:\n%s", text);
+    n = strtoull(at + strlen("\"direct\":"), NULL, 10);
     free(text);
     return n;
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"threads", required_argument, NULL, 't'}, {"iters", required_argument, NULL, 'i'},
-        {"seed", required_argument, NULL, 's'},    {"no-refuse", no_argument, NULL, 'R'},
-        {"expect-direct", no_argument, NULL, 'D'}, {"stats", no_argument, NULL, 'P'},
-        {"kill", no_argument, NULL, 'K'},          {NULL, 0, NULL, 0}};
-    unsigned long threads = 4;
     uint64_t iters = 24;
-    bool refuse = true, expect_direct = false, stats = false, kill = false;
+    bool no_refuse = false, expect_direct = false, kill = false;
+    const tw_mp_opt_t own[] = {
+        {"iters", 'i', TW_MP_ARG_U64, &iters, "rounds per worker (24, / TWTEST_SCALE)"},
+        {"no-refuse", 0, TW_MP_ARG_FLAG, &no_refuse,
+         "skip the operations on a deregistered region (verbs)"},
+        {"expect-direct", 0, TW_MP_ARG_FLAG, &expect_direct, "some operations must go by RDMA"},
+        {"kill", 0, TW_MP_ARG_FLAG, &kill, "2 ranks: rank 1 dies with operations posted to it"}};
+    tw_mp_opts_t o = {.threads = 4, .max_threads = MAX_THREADS, .seed = 7, .stall_s = 60};
     worker_t w[MAX_THREADS];
     tw_mr_t *win_mr, *src_mr, *gone_mr = NULL;
     peer_keys_t mine = {0};
     unsigned char *gone = NULL;
     size_t klen;
-    int opt;
 
-    while ((opt = getopt_long(argc, argv, "t:i:s:", opts, NULL)) != -1) {
-        switch (opt) {
-        case 't':
-            threads = strtoul(optarg, NULL, 10);
-            break;
-        case 'i':
-            iters = strtoull(optarg, NULL, 10);
-            break;
-        case 's':
-            g_seed = strtoull(optarg, NULL, 0);
-            break;
-        case 'R':
-            refuse = false;
-            break;
-        case 'D':
-            expect_direct = true;
-            break;
-        case 'P':
-            stats = true;
-            break;
-        case 'K':
-            kill = true;
-            refuse = false;
-            break;
-        default:
-            fprintf(stderr, "usage: test_rma [-t THREADS] [-i ITERS] [--seed S] [--no-refuse] "
-                            "[--expect-direct] [--stats]\n");
-            return 2;
-        }
-    }
-    if (threads < 1 || threads > MAX_THREADS || iters < 1) {
-        fprintf(stderr, "test_rma: bad arguments\n");
-        return 2;
-    }
-    g_threads = (unsigned)threads;
+    tw_mp_parse(argc, argv, "test_rma", TW_MP_THREADS | TW_MP_SEED | TW_MP_STALL | TW_MP_STATS, own,
+                TWT_ARRAY_SIZE(own), &o);
+    TWT_CHECKF(iters >= 1, "--iters: at least 1");
+    bool refuse = !no_refuse && !kill;
+    g_threads = o.threads;
+    g_seed = o.seed;
     g_iters = (uint32_t)twt_scaled(iters, 8);
 
-    tw_config_t cfg;
-    tw_config_init(&cfg);
-    RMA_CHECK(tw_init(&cfg, &g_ctx) == TW_OK, "tw_init");
-    g_rank = tw_rank(g_ctx);
-    g_size = tw_size(g_ctx);
-    RMA_CHECK(g_size <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
+    g_ctx = tw_mp_init();
+    g_rank = tw_mp_rank();
+    g_size = tw_mp_size();
+    TW_MP_CHECK(g_size <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
+    tw_mp_watchdog_start(o.stall_s, NULL);
 
     g_win_len = (size_t)g_size * g_threads * SLOT;
     g_win = calloc(1, g_win_len);
     g_src = malloc(SRC_LEN);
-    RMA_CHECK(g_win != NULL && g_src != NULL, "malloc");
+    TW_MP_CHECK(g_win != NULL && g_src != NULL, "malloc");
     for (size_t i = 0; i < SRC_LEN; i++) {
         g_src[i] = src_byte(g_rank, i);
     }
-    RMA_CHECK(tw_mem_register(g_ctx, g_win, g_win_len, &win_mr) == TW_OK, "register window");
-    RMA_CHECK(tw_mem_register(g_ctx, g_src, SRC_LEN, &src_mr) == TW_OK, "register source");
+    TW_MP_CHECK(tw_mem_register(g_ctx, g_win, g_win_len, &win_mr) == TW_OK, "register window");
+    TW_MP_CHECK(tw_mem_register(g_ctx, g_src, SRC_LEN, &src_mr) == TW_OK, "register source");
     klen = 0;
-    RMA_CHECK(tw_mr_pack(win_mr, NULL, &klen) == TW_OK && klen >= 48 && klen <= TW_RKEY_MAX,
-              "key length %zu", klen);
+    TW_MP_CHECK(tw_mr_pack(win_mr, NULL, &klen) == TW_OK && klen >= 48 && klen <= TW_RKEY_MAX,
+                "key length %zu", klen);
     size_t small = klen - 1;
-    RMA_CHECK(tw_mr_pack(win_mr, mine.win_key, &small) == TW_ERR_TRUNCATED && small == klen,
-              "pack into too small a buffer");
+    TW_MP_CHECK(tw_mr_pack(win_mr, mine.win_key, &small) == TW_ERR_TRUNCATED && small == klen,
+                "pack into too small a buffer");
     klen = sizeof(mine.win_key);
-    RMA_CHECK(tw_mr_pack(win_mr, mine.win_key, &klen) == TW_OK, "pack window");
+    TW_MP_CHECK(tw_mr_pack(win_mr, mine.win_key, &klen) == TW_OK, "pack window");
     mine.win_len = (uint32_t)klen;
     klen = sizeof(mine.src_key);
-    RMA_CHECK(tw_mr_pack(src_mr, mine.src_key, &klen) == TW_OK, "pack source");
+    TW_MP_CHECK(tw_mr_pack(src_mr, mine.src_key, &klen) == TW_OK, "pack source");
     mine.src_len = (uint32_t)klen;
     mine.win = (uint64_t)(uintptr_t)g_win;
     mine.src = (uint64_t)(uintptr_t)g_src;
     if (refuse) {
         gone = malloc(4096);
-        RMA_CHECK(gone != NULL, "malloc");
-        RMA_CHECK(tw_mem_register(g_ctx, gone, 4096, &gone_mr) == TW_OK, "register");
+        TW_MP_CHECK(gone != NULL, "malloc");
+        TW_MP_CHECK(tw_mem_register(g_ctx, gone, 4096, &gone_mr) == TW_OK, "register");
         klen = sizeof(mine.gone_key);
-        RMA_CHECK(tw_mr_pack(gone_mr, mine.gone_key, &klen) == TW_OK, "pack");
+        TW_MP_CHECK(tw_mr_pack(gone_mr, mine.gone_key, &klen) == TW_OK, "pack");
         mine.gone = (uint64_t)(uintptr_t)gone;
         mine.gone_len = (uint32_t)klen;
     }
     exchange_keys(&mine);
     if (kill) {
-        RMA_CHECK(g_size == 2, "--kill needs 2 ranks");
+        TW_MP_CHECK(g_size == 2, "--kill needs 2 ranks");
         if (g_rank == 1) {
             /* An eager send completes at once: after it, this rank drives
              * no progress (manual mode) and so serves nothing. */
             char stop = 's';
             tw_cq_t *cq;
-            RMA_CHECK(tw_cq_create(g_ctx, 1, &cq) == TW_OK, "CQ");
-            RMA_CHECK(tw_send(g_ctx, 0, TAG_STOP, &stop, 1, cq, NULL) == TW_OK, "stop");
+            TW_MP_CHECK(tw_cq_create(g_ctx, 1, &cq) == TW_OK, "CQ");
+            TW_MP_CHECK(tw_send(g_ctx, 0, TAG_STOP, &stop, 1, cq, NULL) == TW_OK, "stop");
             usleep(300 * 1000);
             _exit(0);
         }
         check_kill();
-        RMA_CHECK(tw_mem_deregister(win_mr) == TW_OK, "deregister window");
-        RMA_CHECK(tw_mem_deregister(src_mr) == TW_OK, "deregister source");
-        RMA_CHECK(tw_finalize(g_ctx) == TW_OK, "tw_finalize");
+        TW_MP_CHECK(tw_mem_deregister(win_mr) == TW_OK, "deregister window");
+        TW_MP_CHECK(tw_mem_deregister(src_mr) == TW_OK, "deregister source");
+        TW_MP_CHECK(tw_finalize(g_ctx) == TW_OK, "tw_finalize");
+        tw_mp_watchdog_stop();
         free(g_win);
         free(g_src);
         return 0;
     }
     if (refuse) {
-        RMA_CHECK(tw_mem_deregister(gone_mr) == TW_OK, "deregister");
-        barrier(TAG_GONE);
+        TW_MP_CHECK(tw_mem_deregister(gone_mr) == TW_OK, "deregister");
+        tw_mp_barrier(g_ctx, TAG_GONE);
         check_gone();
     }
     check_refusals();
 
     for (unsigned i = 0; i < g_threads; i++) {
         w[i] = (worker_t){.idx = i};
-        RMA_CHECK(pthread_create(&w[i].th, NULL, worker_main, &w[i]) == 0, "pthread_create");
+        TW_MP_CHECK(pthread_create(&w[i].th, NULL, worker_main, &w[i]) == 0, "pthread_create");
     }
     uint64_t puts = 0, gets = 0, flushes = 0;
     for (unsigned i = 0; i < g_threads; i++) {
-        RMA_CHECK(pthread_join(w[i].th, NULL) == 0, "pthread_join");
+        TW_MP_CHECK(pthread_join(w[i].th, NULL) == 0, "pthread_join");
         puts += w[i].puts;
         gets += w[i].gets;
         flushes += w[i].flushes;
@@ -595,35 +527,34 @@ int main(int argc, char **argv)
     for (uint32_t round = 0; round < g_iters; round++) {
         want_puts += (uint64_t)g_threads * (uint64_t)g_size * (1 + round % 4);
     }
-    RMA_CHECK(puts == want_puts && flushes == want && gets == 2 * want,
-              "%llu puts, %llu flushes, %llu gets; expected %llu, %llu, %llu",
-              (unsigned long long)puts, (unsigned long long)flushes, (unsigned long long)gets,
-              (unsigned long long)want_puts, (unsigned long long)want,
-              (unsigned long long)2 * want);
-    barrier(TAG_BARRIER);
+    TW_MP_CHECK(puts == want_puts && flushes == want && gets == 2 * want,
+                "%llu puts, %llu flushes, %llu gets; expected %llu, %llu, %llu",
+                (unsigned long long)puts, (unsigned long long)flushes, (unsigned long long)gets,
+                (unsigned long long)want_puts, (unsigned long long)want,
+                (unsigned long long)2 * want);
+    tw_mp_barrier(g_ctx, TAG_BARRIER);
 
     /* Every slot holds its writer's last put. */
     for (int r = 0; r < g_size; r++) {
         for (unsigned t = 0; t < g_threads; t++) {
             size_t len, off;
             put_plan(r, t, g_rank, g_iters - 1, &len, &off);
-            RMA_CHECK(
+            TW_MP_CHECK(
                 twt_verify(g_win + slot_of(r, t) + off, len, seed_of(r, t, g_rank, g_iters - 1)),
                 "slot of rank %d thread %u: %zu bytes at %zu differ", r, t, len, off);
         }
     }
     unsigned long long direct = direct_ops();
     if (expect_direct) {
-        RMA_CHECK(direct > 0, "no operation went by RDMA");
+        TW_MP_CHECK(direct > 0, "no operation went by RDMA");
     }
-    if (stats) {
-        tw_stats_print(g_ctx, stderr);
-    }
+    tw_mp_stats(g_ctx);
     /* The last barrier: nobody deregisters while a peer still reads. */
-    barrier(TAG_BARRIER + 1);
-    RMA_CHECK(tw_mem_deregister(win_mr) == TW_OK, "deregister window");
-    RMA_CHECK(tw_mem_deregister(src_mr) == TW_OK, "deregister source");
-    RMA_CHECK(tw_finalize(g_ctx) == TW_OK, "tw_finalize");
+    tw_mp_barrier(g_ctx, TAG_BARRIER + 1);
+    TW_MP_CHECK(tw_mem_deregister(win_mr) == TW_OK, "deregister window");
+    TW_MP_CHECK(tw_mem_deregister(src_mr) == TW_OK, "deregister source");
+    TW_MP_CHECK(tw_finalize(g_ctx) == TW_OK, "tw_finalize");
+    tw_mp_watchdog_stop();
     printf("rma rank %d of %d: %u threads x %u rounds x %d ranks: %llu puts, %llu flushes, "
            "%llu gets, every byte checked (%llu by RDMA)\n",
            g_rank, g_size, g_threads, g_iters, g_size, (unsigned long long)puts,

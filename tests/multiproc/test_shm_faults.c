@@ -22,7 +22,6 @@
  *     must fall back to the copy through the rings, intact.
  */
 #define _GNU_SOURCE
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,24 +31,9 @@
 #include "shmem/tw_seg.h"
 #include "threadwire/threadwire.h"
 #include "transports/shm/tw_shm.h"
-#include "tw_test.h"
+#include "tw_mp.h"
 
-static atomic_int failed_peer = -1;
-static atomic_int handler_calls;
-static pid_t main_tid;               /* the worker: tw_cq_wait polls from it */
-static atomic_int handler_on_worker; /* the handler must run on the engine */
-
-static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *what, void *arg)
-{
-    (void)ctx, (void)what, (void)arg;
-    if (gettid() == main_tid) {
-        atomic_store(&handler_on_worker, 1);
-    }
-    if (err == TW_ERR_PEER_FAILED) {
-        atomic_store(&failed_peer, peer);
-    }
-    atomic_fetch_add(&handler_calls, 1);
-}
+static pid_t main_tid; /* the worker: tw_cq_wait polls from it */
 
 static void wait_one(tw_cq_t *cq, tw_completion_t *c, tw_status_t want)
 {
@@ -151,17 +135,17 @@ static int run_chaos(tw_context_t *ctx, tw_cq_t *cq, const char *dir)
          * at least 200 rounds: both stop at the same round. */
         for (bool mine = false, theirs = false; !(mine && theirs && round >= 200); round++) {
             TWT_CHECKF(round < 200000, "rank 2 was never failed (mine %d theirs %d handler %d)",
-                       mine, theirs, atomic_load(&handler_calls));
-            mine = atomic_load(&failed_peer) == 2;
+                       mine, theirs, tw_mp_errors_count());
+            mine = tw_mp_errors_for(2, TW_ERR_PEER_FAILED) > 0;
             theirs =
                 exchange(ctx, cq, round, (size_t)(round * 7919) % (round % 10 == 0 ? max : 9000),
                          mine, sbuf, rbuf);
         }
-        TWT_EQ(atomic_load(&handler_calls), 1);
+        TWT_EQ(tw_mp_errors_count(), 1);
         /* Our waits polled rank 2's ring too, but the failure (and so the
          * handler) went to the progress thread. */
         if (getenv("TW_PROGRESS_THREADS") == NULL) {
-            TWT_EQ(atomic_load(&handler_on_worker), 0);
+            TWT_CHECK(tw_mp_errors_get(0).tid != main_tid);
         }
         /* New traffic to the failed peer is refused. */
         TWT_EQ(tw_send(ctx, 2, 1, hello, 1, cq, NULL), TW_ERR_PEER_FAILED);
@@ -221,7 +205,7 @@ int main(int argc, char **argv)
     }
     main_tid = gettid();
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);
-    TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
+    tw_mp_attach(ctx);
     TWT_EQ(tw_cq_create(ctx, 256, &cq), TW_OK);
     if (strcmp(argv[1], "chaos") == 0 && argc == 3) {
         rc = run_chaos(ctx, cq, argv[2]);

@@ -23,7 +23,6 @@
  */
 #define _GNU_SOURCE
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,23 +30,13 @@
 #include <unistd.h>
 
 #include "threadwire/threadwire.h"
+#include "tw_mp.h"
 #include "tw_mp_tcp.h"
-#include "tw_test.h"
 
 #define LEN       (32u * 1024u)
 #define WINDOW    8
 #define INJECT_AT 200
 #define TAG_PID   (1ull << 50)
-
-static atomic_int handler_calls;
-
-static void on_error(tw_context_t *ctx, int peer, tw_status_t err, const char *what, void *arg)
-{
-    (void)ctx, (void)what, (void)arg;
-    TWT_EQ(peer, 1 - tw_rank(ctx));
-    TWT_EQ(err, TW_ERR_PEER_FAILED);
-    atomic_fetch_add(&handler_calls, 1);
-}
 
 /* Run an nftables command (inside the test's network namespace). */
 static void nft(const char *rules)
@@ -139,10 +128,7 @@ static void observer(tw_context_t *ctx, tw_cq_t *cq, const char *fault)
                    "%s detected after %.3f s, outside [%.2f, %.2f]", fault, took, T / 2,
                    1.25 * T + 0.25);
     }
-    for (int i = 0; i < 100 && atomic_load(&handler_calls) == 0; i++) {
-        usleep(10000);
-    }
-    TWT_EQ(atomic_load(&handler_calls), 1);
+    (void)tw_mp_errors_expect_once(1 - tw_rank(ctx), TW_ERR_PEER_FAILED);
     TWT_EQ(tw_send(ctx, 1, 0, bufs[0], 8, cq, NULL), TW_ERR_PEER_FAILED);
 
     if (strcmp(fault, "sigstop") == 0) {
@@ -203,10 +189,7 @@ static void victim(tw_context_t *ctx, tw_cq_t *cq)
      * once the socket took it, and what was still in the kernel's buffers
      * when rank 0 reset the connection is gone (no reliability layer). */
     TWT_CHECK(got > 0);
-    for (int i = 0; i < 100 && atomic_load(&handler_calls) == 0; i++) {
-        usleep(10000);
-    }
-    TWT_EQ(atomic_load(&handler_calls), 1);
+    (void)tw_mp_errors_expect_once(1 - tw_rank(ctx), TW_ERR_PEER_FAILED);
     /* Stale traffic: a send to the failed peer is refused at once. */
     TWT_EQ(tw_send(ctx, 0, 1, bufs[0], 8, cq, NULL), TW_ERR_PEER_FAILED);
     printf("rank 1: %u messages intact, each once, then rank 0 failed (%u receives failed)\n", got,
@@ -221,7 +204,7 @@ int main(void)
 
     TWT_CHECKF(fault != NULL, "set TWTEST_FAULT to sigstop, blackhole or reset");
     TWT_EQ(tw_init(NULL, &ctx), TW_OK);
-    TWT_EQ(tw_set_error_handler(ctx, on_error, NULL), TW_OK);
+    tw_mp_attach(ctx);
     TWT_EQ(tw_size(ctx), 2);
     TWT_CHECK(tw_mp_tcp_iface(ctx) != NULL);
     TWT_EQ(tw_cq_create(ctx, 64, &cq), TW_OK);

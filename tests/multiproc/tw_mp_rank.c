@@ -58,7 +58,7 @@
 #include <unistd.h>
 
 #include "threadwire/threadwire.h"
-#include "tw_test.h"
+#include "tw_mp.h"
 
 #define MIB (1024u * 1024u)
 
@@ -77,10 +77,7 @@ enum {
     T_NEW = 50
 };
 
-static int g_rank = -1;
 static const char *g_dir;
-
-#define MP_CHECK(cond, ...) TWT_RANK_CHECK(g_rank, cond, __VA_ARGS__)
 
 static double now_ms(void)
 {
@@ -96,11 +93,11 @@ static void write_file(const char *name, const char *fmt, ...)
     snprintf(path, sizeof(path), "%s/%s", g_dir, name);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
-    MP_CHECK(f != NULL, "cannot write %s: %s", tmp, strerror(errno));
+    TW_MP_CHECK(f != NULL, "cannot write %s: %s", tmp, strerror(errno));
     va_start(ap, fmt);
     vfprintf(f, fmt, ap);
     va_end(ap);
-    MP_CHECK(fclose(f) == 0 && rename(tmp, path) == 0, "cannot write %s", path);
+    TW_MP_CHECK(fclose(f) == 0 && rename(tmp, path) == 0, "cannot write %s", path);
 }
 
 /* The /dev/shm files this process has mapped (unlinked ones included). */
@@ -124,7 +121,7 @@ static void record_shm(void)
         }
     }
     fclose(f);
-    snprintf(name, sizeof(name), "rank%d.shm", g_rank);
+    snprintf(name, sizeof(name), "rank%d.shm", tw_mp_rank());
     write_file(name, "%s", list);
 }
 
@@ -146,25 +143,14 @@ static void announce(void)
     char name[64];
     const char *boot = getenv("TW_BOOT_ADDR"), *key = getenv("TW_JOB_KEY");
 
-    snprintf(name, sizeof(name), "rank%d.boot", g_rank);
+    snprintf(name, sizeof(name), "rank%d.boot", tw_mp_rank());
     write_file(name, "%s\n", boot != NULL ? boot : "");
-    if (g_rank == 0 && key != NULL) {
+    if (tw_mp_rank() == 0 && key != NULL) {
         write_file("job.prefix", "tw-%08x-\n", crc32c(key));
     }
     record_shm();
-    snprintf(name, sizeof(name), "rank%d.pid", g_rank); /* last: the scripts wait for it */
+    snprintf(name, sizeof(name), "rank%d.pid", tw_mp_rank()); /* last: the scripts wait for it */
     write_file(name, "%d\n", (int)getpid());
-}
-
-static tw_context_t *init_ctx(void)
-{
-    tw_config_t cfg;
-    tw_context_t *ctx;
-    tw_config_init(&cfg);
-    tw_status_t st = tw_init(&cfg, &ctx);
-    MP_CHECK(st == TW_OK, "tw_init: %s", tw_strerror(st));
-    g_rank = tw_rank(ctx);
-    return ctx;
 }
 
 /* Drive progress and wait a little for completions. */
@@ -172,22 +158,9 @@ static int wait_some(tw_context_t *ctx, tw_cq_t *cq, tw_completion_t *c, int max
 {
     tw_progress(ctx);
     int n = tw_cq_wait(cq, c, max, ms);
-    MP_CHECK(n >= 0, "tw_cq_wait returned %d", n);
+    TW_MP_CHECK(n >= 0, "tw_cq_wait returned %d", n);
     return n;
 }
-
-/* Post, retrying while the transport pushes back (TW_ERR_AGAIN: a full CQ,
- * or a full ring to the peer while a large transfer streams through it). */
-#define MP_POST(ctx, call)                                            \
-    ({                                                                \
-        tw_status_t st_;                                              \
-        double until_ = now_ms() + 10000;                             \
-        while ((st_ = (call)) == TW_ERR_AGAIN && now_ms() < until_) { \
-            tw_progress(ctx);                                         \
-            usleep(100);                                              \
-        }                                                             \
-        st_;                                                          \
-    })
 
 /* ---- wait / crash ----------------------------------------------------- */
 
@@ -204,34 +177,34 @@ static int count_pid_files(int size)
 
 static int run_wait(int crash_rank, double seconds)
 {
-    tw_context_t *ctx = init_ctx();
+    tw_context_t *ctx = tw_mp_init();
     tw_cq_t *cq;
     tw_completion_t c[4];
     char buf[64];
     bool crashed = false;
 
     announce();
-    MP_CHECK(tw_cq_create(ctx, 8, &cq) == TW_OK, "tw_cq_create");
+    TW_MP_CHECK(tw_cq_create(ctx, 8, &cq) == TW_OK, "tw_cq_create");
     /* something outstanding, as a real application would have */
-    MP_CHECK(tw_recv(ctx, TW_ANY_SOURCE, T_NEVER, 0, buf, sizeof(buf), cq, NULL) == TW_OK,
-             "tw_recv");
+    TW_MP_CHECK(tw_recv(ctx, TW_ANY_SOURCE, T_NEVER, 0, buf, sizeof(buf), cq, NULL) == TW_OK,
+                "tw_recv");
     double end = twt_now() + seconds, give_up = twt_now() + 20;
     while (twt_now() < end) {
-        if (g_rank == crash_rank && !crashed) {
+        if (tw_mp_rank() == crash_rank && !crashed) {
             if (count_pid_files(tw_size(ctx)) == tw_size(ctx)) {
                 write_file("crash.t", "%.3f\n", now_ms());
                 fflush(stdout);
                 abort(); /* SIGABRT: sanitizers leave it alone, unlike SIGSEGV */
             }
-            MP_CHECK(twt_now() < give_up, "the other ranks never came up");
+            TW_MP_CHECK(twt_now() < give_up, "the other ranks never came up");
         }
         int n = wait_some(ctx, cq, c, 4, 100);
-        MP_CHECK(n == 0, "unexpected completion (status %s)", tw_strerror(c[0].status));
+        TW_MP_CHECK(n == 0, "unexpected completion (status %s)", tw_strerror(c[0].status));
     }
-    MP_CHECK(tw_finalize(ctx) == TW_OK, "tw_finalize");
+    TW_MP_CHECK(tw_finalize(ctx) == TW_OK, "tw_finalize");
     while (tw_cq_poll(cq, c, 4) > 0) {
     }
-    MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
     return 0;
 }
 
@@ -282,28 +255,28 @@ static int run_victim(tw_context_t *ctx, size_t big)
     int me = (int)getpid();
     bool got_go = false;
 
-    MP_CHECK(bigbuf != NULL && mine != NULL && big > 0, "no memory");
+    TW_MP_CHECK(bigbuf != NULL && mine != NULL && big > 0, "no memory");
     memset(mine, 0xc3, big);
-    MP_CHECK(tw_cq_create(ctx, 16, &cq) == TW_OK, "tw_cq_create");
-    MP_CHECK(tw_recv(ctx, 0, T_BIG0, 0, bigbuf, big, cq, bigbuf) == TW_OK, "recv big");
-    MP_CHECK(tw_recv(ctx, 0, T_GO, 0, go, sizeof(go), cq, go) == TW_OK, "recv go");
+    TW_MP_CHECK(tw_cq_create(ctx, 16, &cq) == TW_OK, "tw_cq_create");
+    TW_MP_CHECK(tw_recv(ctx, 0, T_BIG0, 0, bigbuf, big, cq, bigbuf) == TW_OK, "recv big");
+    TW_MP_CHECK(tw_recv(ctx, 0, T_GO, 0, go, sizeof(go), cq, go) == TW_OK, "recv go");
 #ifndef TW_MP_TSAN
     static watch_t w;
     pthread_t th;
     w = (watch_t){.buf = bigbuf, .len = big};
-    MP_CHECK(pthread_create(&th, NULL, victim_watch, &w) == 0, "pthread_create");
+    TW_MP_CHECK(pthread_create(&th, NULL, victim_watch, &w) == 0, "pthread_create");
 #endif
-    MP_CHECK(MP_POST(ctx, tw_send(ctx, 0, T_READY, &me, sizeof(me), cq, NULL)) == TW_OK,
-             "send ready");
-    MP_CHECK(MP_POST(ctx, tw_send(ctx, 0, T_BIGR, mine, big, cq, NULL)) == TW_OK, "send big");
+    TW_MP_CHECK(TW_MP_POST(ctx, tw_send(ctx, 0, T_READY, &me, sizeof(me), cq, NULL)) == TW_OK,
+                "send ready");
+    TW_MP_CHECK(TW_MP_POST(ctx, tw_send(ctx, 0, T_BIGR, mine, big, cq, NULL)) == TW_OK, "send big");
     double give_up = twt_now() + 20;
     while (!got_go) {
         int n = wait_some(ctx, cq, c, 8, 100);
         for (int i = 0; i < n; i++) {
-            MP_CHECK(c[i].status == TW_OK, "victim: %s", tw_strerror(c[i].status));
+            TW_MP_CHECK(c[i].status == TW_OK, "victim: %s", tw_strerror(c[i].status));
             got_go |= c[i].user == go;
         }
-        MP_CHECK(twt_now() < give_up, "victim: no go from rank 0");
+        TW_MP_CHECK(twt_now() < give_up, "victim: no go from rank 0");
     }
     die_now("at-go");
     return 1; /* not reached */
@@ -320,21 +293,6 @@ typedef struct op {
     tw_status_t status;
     double t_ms;
 } op_t;
-
-static atomic_int g_eh_calls, g_eh_peer, g_eh_err;
-static _Atomic double g_eh_t_ms;
-
-static void error_handler(tw_context_t *ctx, int peer, tw_status_t err, const char *what, void *arg)
-{
-    (void)ctx, (void)arg;
-    if (atomic_fetch_add_explicit(&g_eh_calls, 1, memory_order_acq_rel) == 0) {
-        atomic_store_explicit(&g_eh_peer, peer, memory_order_relaxed);
-        atomic_store_explicit(&g_eh_err, (int)err, memory_order_relaxed);
-        atomic_store_explicit(&g_eh_t_ms, now_ms(), memory_order_release);
-    }
-    fprintf(stderr, "rank 0: error handler: peer %d, %s (%s)\n", peer, tw_strerror(err),
-            what != NULL ? what : "");
-}
 
 /* Watches rank 1's pid: the time it was seen dead. */
 static pid_t g_victim_pid;
@@ -409,19 +367,19 @@ static double new_op_fails(tw_context_t *ctx, tw_cq_t *cq, bool send, void *buf,
     tw_status_t st = send ? tw_send(ctx, 1, T_NEW, buf, len, cq, &op)
                           : tw_recv(ctx, 1, T_NEW, 0, buf, len, cq, &op);
     if (st != TW_OK) {
-        MP_CHECK(st == TW_ERR_PEER_FAILED, "%s to the dead rank 1 returned %s", what,
-                 tw_strerror(st));
+        TW_MP_CHECK(st == TW_ERR_PEER_FAILED, "%s to the dead rank 1 returned %s", what,
+                    tw_strerror(st));
         return now_ms();
     }
     for (;;) {
         int n = wait_some(ctx, cq, &c, 1, 10);
         if (n == 1) {
-            MP_CHECK(c.user == &op, "%s: a completion of another operation", what);
-            MP_CHECK(c.status == TW_ERR_PEER_FAILED, "%s to the dead rank 1 completed %s", what,
-                     tw_strerror(c.status));
+            TW_MP_CHECK(c.user == &op, "%s: a completion of another operation", what);
+            TW_MP_CHECK(c.status == TW_ERR_PEER_FAILED, "%s to the dead rank 1 completed %s", what,
+                        tw_strerror(c.status));
             return now_ms();
         }
-        MP_CHECK(now_ms() < deadline_ms + 5000, "%s to the dead rank 1 never completed", what);
+        TW_MP_CHECK(now_ms() < deadline_ms + 5000, "%s to the dead rank 1 never completed", what);
     }
 }
 
@@ -449,12 +407,12 @@ static op_t g_ops[] = {
 static void absorb(const tw_completion_t *c, bool any_may_complete)
 {
     op_t *op = c->user;
-    MP_CHECK(op >= g_ops && op < g_ops + NOPS, "a completion nobody posted (status %s)",
-             tw_strerror(c->status));
-    MP_CHECK(!op->done, "%s completed twice", op->what);
-    MP_CHECK(op->expect != MUST_STAY || any_may_complete,
-             "%s completed (%s, peer %d): it must stay posted", op->what, tw_strerror(c->status),
-             c->peer);
+    TW_MP_CHECK(op >= g_ops && op < g_ops + NOPS, "a completion nobody posted (status %s)",
+                tw_strerror(c->status));
+    TW_MP_CHECK(!op->done, "%s completed twice", op->what);
+    TW_MP_CHECK(op->expect != MUST_STAY || any_may_complete,
+                "%s completed (%s, peer %d): it must stay posted", op->what, tw_strerror(c->status),
+                c->peer);
     op->done = true;
     op->status = c->status;
     op->t_ms = now_ms();
@@ -484,20 +442,19 @@ static int run_survivor(tw_context_t *ctx, size_t big)
     tw_status_t st[NOPS];
 
     alarm(60); /* a hang is a failure with a name, not a ctest timeout */
-    MP_CHECK(big0 && big1 && big2 && rbig && rbigr, "no memory");
+    TW_MP_CHECK(big0 && big1 && big2 && rbig && rbigr, "no memory");
     memset(big0, 0xb0, big);
     memset(big1, 0xb1, 4 * MIB);
     memset(big2, 0xb2, 4 * MIB);
-    MP_CHECK(tw_set_error_handler(ctx, error_handler, NULL) == TW_OK, "tw_set_error_handler");
-    MP_CHECK(tw_cq_create(ctx, 64, &cq) == TW_OK, "tw_cq_create");
+    TW_MP_CHECK(tw_cq_create(ctx, 64, &cq) == TW_OK, "tw_cq_create");
 
     /* 1. rank 1's large message may come at any time; then it is ready
      * (and says its pid) */
-    st[OP_BIGR] = MP_POST(ctx, tw_recv(ctx, 1, T_BIGR, 0, rbigr, big, cq, &g_ops[OP_BIGR]));
-    MP_CHECK(st[OP_BIGR] == TW_OK, "recv big: %s", tw_strerror(st[OP_BIGR]));
-    MP_CHECK(MP_POST(ctx, tw_recv(ctx, 1, T_READY, 0, &victim_pid, sizeof(victim_pid), cq, NULL)) ==
-                 TW_OK,
-             "recv ready");
+    st[OP_BIGR] = TW_MP_POST(ctx, tw_recv(ctx, 1, T_BIGR, 0, rbigr, big, cq, &g_ops[OP_BIGR]));
+    TW_MP_CHECK(st[OP_BIGR] == TW_OK, "recv big: %s", tw_strerror(st[OP_BIGR]));
+    TW_MP_CHECK(TW_MP_POST(ctx, tw_recv(ctx, 1, T_READY, 0, &victim_pid, sizeof(victim_pid), cq,
+                                        NULL)) == TW_OK,
+                "recv ready");
     for (bool ready = false; !ready;) {
         int n = wait_some(ctx, cq, c, 16, 100);
         for (int i = 0; i < n; i++) {
@@ -505,37 +462,39 @@ static int run_survivor(tw_context_t *ctx, size_t big)
                 absorb(&c[i], false);
                 continue;
             }
-            MP_CHECK(c[i].status == TW_OK && victim_pid > 0, "ready: %s", tw_strerror(c[i].status));
+            TW_MP_CHECK(c[i].status == TW_OK && victim_pid > 0, "ready: %s",
+                        tw_strerror(c[i].status));
             ready = true;
         }
     }
     g_victim_pid = victim_pid;
-    MP_CHECK(pthread_create(&watcher, NULL, watcher_main, NULL) == 0, "pthread_create");
+    TW_MP_CHECK(pthread_create(&watcher, NULL, watcher_main, NULL) == 0, "pthread_create");
 
     /* 2. operations with rank 1 that its death must fail (or that may
      * still finish), and an ANY_SOURCE receive that must stay. The large
      * message rank 1 receives goes last but "go": rank 1 may die as soon
      * as its data flows, and then those two posts may already be refused. */
-    st[1] = MP_POST(ctx, tw_send(ctx, 1, T_BIG1, big1, 4 * MIB, cq, &g_ops[1]));
-    st[2] = MP_POST(ctx, tw_send(ctx, 1, T_BIG2, big2, 4 * MIB, cq, &g_ops[2]));
+    st[1] = TW_MP_POST(ctx, tw_send(ctx, 1, T_BIG1, big1, 4 * MIB, cq, &g_ops[1]));
+    st[2] = TW_MP_POST(ctx, tw_send(ctx, 1, T_BIG2, big2, 4 * MIB, cq, &g_ops[2]));
     for (int i = 0; i < 4; i++) {
         memset(small[i], i, sizeof(small[i]));
-        st[3 + i] =
-            MP_POST(ctx, tw_send(ctx, 1, T_SMALL, small[i], sizeof(small[i]), cq, &g_ops[3 + i]));
+        st[3 + i] = TW_MP_POST(
+            ctx, tw_send(ctx, 1, T_SMALL, small[i], sizeof(small[i]), cq, &g_ops[3 + i]));
     }
-    st[7] = MP_POST(ctx, tw_recv(ctx, 1, T_NEVER, 0, rsmall[0], sizeof(rsmall[0]), cq, &g_ops[7]));
-    st[8] = MP_POST(
+    st[7] =
+        TW_MP_POST(ctx, tw_recv(ctx, 1, T_NEVER, 0, rsmall[0], sizeof(rsmall[0]), cq, &g_ops[7]));
+    st[8] = TW_MP_POST(
         ctx, tw_recv(ctx, 1, T_NEVER_MASKED, 0xff, rsmall[1], sizeof(rsmall[1]), cq, &g_ops[8]));
-    st[9] = MP_POST(ctx, tw_recv(ctx, 1, T_NEVER_BIG, 0, rbig, 4 * MIB, cq, &g_ops[9]));
-    st[OP_ANY] = MP_POST(
+    st[9] = TW_MP_POST(ctx, tw_recv(ctx, 1, T_NEVER_BIG, 0, rbig, 4 * MIB, cq, &g_ops[9]));
+    st[OP_ANY] = TW_MP_POST(
         ctx, tw_recv(ctx, TW_ANY_SOURCE, T_ANY, 0, anybuf, sizeof(anybuf), cq, &g_ops[OP_ANY]));
     for (int i = 1; i < OP_BIGR; i++) {
         if (i != OP_GO) {
-            MP_CHECK(st[i] == TW_OK, "posting %s: %s", g_ops[i].what, tw_strerror(st[i]));
+            TW_MP_CHECK(st[i] == TW_OK, "posting %s: %s", g_ops[i].what, tw_strerror(st[i]));
         }
     }
-    st[0] = MP_POST(ctx, tw_send(ctx, 1, T_BIG0, big0, big, cq, &g_ops[0]));
-    st[OP_GO] = MP_POST(ctx, tw_send(ctx, 1, T_GO, go, sizeof(go), cq, &g_ops[OP_GO]));
+    st[0] = TW_MP_POST(ctx, tw_send(ctx, 1, T_BIG0, big0, big, cq, &g_ops[0]));
+    st[OP_GO] = TW_MP_POST(ctx, tw_send(ctx, 1, T_GO, go, sizeof(go), cq, &g_ops[OP_GO]));
     static const int last[] = {0, OP_GO};
     for (int k = 0; k < 2; k++) {
         int i = last[k];
@@ -545,7 +504,7 @@ static int run_survivor(tw_context_t *ctx, size_t big)
             g_ops[i].t_ms = now_ms();
             continue;
         }
-        MP_CHECK(st[i] == TW_OK, "posting %s: %s", g_ops[i].what, tw_strerror(st[i]));
+        TW_MP_CHECK(st[i] == TW_OK, "posting %s: %s", g_ops[i].what, tw_strerror(st[i]));
     }
 
     /* 3. rank 1 dies: everything but the ANY_SOURCE receive completes */
@@ -569,9 +528,9 @@ static int run_survivor(tw_context_t *ctx, size_t big)
                     fprintf(stderr, "rank 0: still outstanding: %s\n", g_ops[i].what);
                 }
             }
-            MP_CHECK(false, "%s",
-                     dead > 0 ? "operations with the dead rank 1 never completed"
-                              : "rank 1 never died");
+            TW_MP_CHECK(false, "%s",
+                        dead > 0 ? "operations with the dead rank 1 never completed"
+                                 : "rank 1 never died");
         }
     }
     atomic_store_explicit(&g_watch_stop, true, memory_order_release);
@@ -580,45 +539,46 @@ static int run_survivor(tw_context_t *ctx, size_t big)
     /* Rank 1's own time stamp, just before raise(SIGKILL), is the
      * reference: stricter than when we saw its pid gone. */
     double t_kill = read_ms("victim.t"), t_dead = atomic_load(&g_dead_ms), worst = 0;
-    MP_CHECK(t_kill > 0, "rank 1 left no time stamp");
+    TW_MP_CHECK(t_kill > 0, "rank 1 left no time stamp");
     int failed = 0;
     for (int i = 0; i < NOPS; i++) {
         const op_t *op = &g_ops[i];
         if (op->expect == MUST_STAY || (op->expect == MAY_FAIL && op->status == TW_OK)) {
             continue;
         }
-        MP_CHECK(op->status == TW_ERR_PEER_FAILED, "%s completed %s, want TW_ERR_PEER_FAILED",
-                 op->what, tw_strerror(op->status));
-        MP_CHECK(op->t_ms >= t_kill, "%s failed %.1f ms before rank 1 died", op->what,
-                 t_kill - op->t_ms);
-        MP_CHECK(op->t_ms - t_kill <= bound,
-                 "%s failed %.1f ms after rank 1's death (bound %.0f ms)", op->what,
-                 op->t_ms - t_kill, bound);
+        TW_MP_CHECK(op->status == TW_ERR_PEER_FAILED, "%s completed %s, want TW_ERR_PEER_FAILED",
+                    op->what, tw_strerror(op->status));
+        TW_MP_CHECK(op->t_ms >= t_kill, "%s failed %.1f ms before rank 1 died", op->what,
+                    t_kill - op->t_ms);
+        TW_MP_CHECK(op->t_ms - t_kill <= bound,
+                    "%s failed %.1f ms after rank 1's death (bound %.0f ms)", op->what,
+                    op->t_ms - t_kill, bound);
         worst = op->t_ms - t_kill > worst ? op->t_ms - t_kill : worst;
         failed++;
     }
 
     if (g_ops[OP_BIGR].status == TW_OK) {
         for (size_t i = 0; i < big; i++) {
-            MP_CHECK(rbigr[i] == 0xc3, "rank 1's large message arrived corrupted at byte %zu", i);
+            TW_MP_CHECK(rbigr[i] == 0xc3, "rank 1's large message arrived corrupted at byte %zu",
+                        i);
         }
     }
 
     /* 4. the error handler: (1, TW_ERR_PEER_FAILED), in time */
-    while (atomic_load(&g_eh_calls) == 0 && now_ms() - t_kill <= bound + 1000) {
+    while (tw_mp_errors_count() == 0 && now_ms() - t_kill <= bound + 1000) {
         int n = wait_some(ctx, cq, c, 16, 10);
         for (int i = 0; i < n; i++) {
             absorb(&c[i], false);
         }
     }
-    MP_CHECK(atomic_load(&g_eh_calls) >= 1, "the error handler was not called");
-    MP_CHECK(atomic_load(&g_eh_peer) == 1 && atomic_load(&g_eh_err) == TW_ERR_PEER_FAILED,
-             "error handler called with (%d, %s)", atomic_load(&g_eh_peer),
-             tw_strerror((tw_status_t)atomic_load(&g_eh_err)));
-    double t_eh = atomic_load(&g_eh_t_ms);
-    MP_CHECK(t_eh >= t_kill && t_eh - t_kill <= bound,
-             "error handler called %.1f ms after rank 1's death (bound %.0f ms)", t_eh - t_kill,
-             bound);
+    TW_MP_CHECK(tw_mp_errors_count() >= 1, "the error handler was not called");
+    tw_mp_error_t eh = tw_mp_errors_get(0);
+    TW_MP_CHECK(eh.peer == 1 && eh.status == TW_ERR_PEER_FAILED,
+                "error handler called with (%d, %s)", eh.peer, tw_strerror(eh.status));
+    double t_eh = eh.t * 1e3;
+    TW_MP_CHECK(t_eh >= t_kill && t_eh - t_kill <= bound,
+                "error handler called %.1f ms after rank 1's death (bound %.0f ms)", t_eh - t_kill,
+                bound);
 
     /* 5. new operations naming rank 1 fail at once */
     unsigned char one[16] = {0};
@@ -626,8 +586,8 @@ static int run_survivor(tw_context_t *ctx, size_t big)
     double t1 = new_op_fails(ctx, cq, true, one, sizeof(one), dl, "new small send");
     double t2 = new_op_fails(ctx, cq, true, big1, 4 * MIB, dl, "new 4 MiB send");
     double t3 = new_op_fails(ctx, cq, false, one, sizeof(one), dl, "new receive from rank 1");
-    MP_CHECK(t1 <= dl && t2 <= dl && t3 <= dl, "new operations took %.1f/%.1f/%.1f ms to fail",
-             t1 - dl + bound, t2 - dl + bound, t3 - dl + bound);
+    TW_MP_CHECK(t1 <= dl && t2 <= dl && t3 <= dl, "new operations took %.1f/%.1f/%.1f ms to fail",
+                t1 - dl + bound, t2 - dl + bound, t3 - dl + bound);
 
     /* 6. the ANY_SOURCE receive stayed posted and still takes a message */
     double until = now_ms() + 100;
@@ -640,35 +600,35 @@ static int run_survivor(tw_context_t *ctx, size_t big)
     unsigned char hello[32];
     op_t self_send = {.what = "send to myself", .expect = MAY_FAIL};
     memset(hello, 0x5e, sizeof(hello));
-    MP_CHECK(MP_POST(ctx, tw_send(ctx, 0, T_ANY, hello, sizeof(hello), cq, &self_send)) == TW_OK,
-             "self send");
+    TW_MP_CHECK(TW_MP_POST(ctx, tw_send(ctx, 0, T_ANY, hello, sizeof(hello), cq, &self_send)) ==
+                    TW_OK,
+                "self send");
     double give_up = now_ms() + 5000;
     for (int want = 2; want > 0;) {
         int n = wait_some(ctx, cq, c, 16, 10);
         for (int i = 0; i < n; i++, want--) {
             if (c[i].user == &self_send) {
-                MP_CHECK(c[i].status == TW_OK, "self send: %s", tw_strerror(c[i].status));
+                TW_MP_CHECK(c[i].status == TW_OK, "self send: %s", tw_strerror(c[i].status));
                 continue;
             }
             absorb(&c[i], true);
-            MP_CHECK(c[i].user == &g_ops[OP_ANY], "%s completed late", ((op_t *)c[i].user)->what);
-            MP_CHECK(c[i].status == TW_OK && c[i].peer == 0 && c[i].length == sizeof(hello) &&
-                         memcmp(anybuf, hello, sizeof(hello)) == 0,
-                     "the TW_ANY_SOURCE receive completed %s from %d", tw_strerror(c[i].status),
-                     c[i].peer);
+            TW_MP_CHECK(c[i].user == &g_ops[OP_ANY], "%s completed late",
+                        ((op_t *)c[i].user)->what);
+            TW_MP_CHECK(c[i].status == TW_OK && c[i].peer == 0 && c[i].length == sizeof(hello) &&
+                            memcmp(anybuf, hello, sizeof(hello)) == 0,
+                        "the TW_ANY_SOURCE receive completed %s from %d", tw_strerror(c[i].status),
+                        c[i].peer);
         }
-        MP_CHECK(now_ms() < give_up, "the TW_ANY_SOURCE receive did not take a message from me");
+        TW_MP_CHECK(now_ms() < give_up, "the TW_ANY_SOURCE receive did not take a message from me");
     }
-    MP_CHECK(atomic_load(&g_eh_calls) == 1, "error handler called %d times",
-             atomic_load(&g_eh_calls));
+    TW_MP_CHECK(tw_mp_errors_count() == 1, "error handler called %d times", tw_mp_errors_count());
 
     /* 7. leave */
     record_shm();
-    MP_CHECK(tw_finalize(ctx) == TW_OK, "tw_finalize");
-    MP_CHECK(tw_cq_poll(cq, c, 16) == 0, "completion after finalize");
-    MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
-    MP_CHECK(atomic_load(&g_eh_calls) == 1, "error handler called %d times",
-             atomic_load(&g_eh_calls));
+    TW_MP_CHECK(tw_finalize(ctx) == TW_OK, "tw_finalize");
+    TW_MP_CHECK(tw_cq_poll(cq, c, 16) == 0, "completion after finalize");
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
+    TW_MP_CHECK(tw_mp_errors_count() == 1, "error handler called %d times", tw_mp_errors_count());
     char how[64];
     snprintf(how, sizeof(how), "%s", read_word("victim.how"));
     printf("peer-kill: rank 1 (pid %d) SIGKILLed %s (its receive of %zu bytes %s, our receive "
@@ -690,10 +650,10 @@ static int run_survivor(tw_context_t *ctx, size_t big)
 
 static int run_peer_kill(size_t big)
 {
-    tw_context_t *ctx = init_ctx();
-    MP_CHECK(tw_size(ctx) == 2, "run me as twrun -n 2 --keep-going");
+    tw_context_t *ctx = tw_mp_init();
+    TW_MP_CHECK(tw_size(ctx) == 2, "run me as twrun -n 2 --keep-going");
     announce();
-    return g_rank == 1 ? run_victim(ctx, big) : run_survivor(ctx, big);
+    return tw_mp_rank() == 1 ? run_victim(ctx, big) : run_survivor(ctx, big);
 }
 
 int main(int argc, char **argv)

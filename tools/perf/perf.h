@@ -89,6 +89,9 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
  * each empty poll, as a code that overlaps work with communication. */
 typedef enum perf_loop { PERF_LOOP_WAIT, PERF_LOOP_POLL, PERF_LOOP_COMPUTE } perf_loop_t;
 
+/* --stats: tw_stats_print; --stats=json: tw_stats_json. */
+typedef enum perf_stats { PERF_STATS_NONE = 0, PERF_STATS_TEXT, PERF_STATS_JSON } perf_stats_t;
+
 typedef struct perf_opts {
     perf_test_t tests[PERF_MAX_TESTS];
     int ntests;
@@ -105,7 +108,7 @@ typedef struct perf_opts {
     unsigned compute_us; /* PERF_LOOP_COMPUTE: work after each empty poll */
     bool split;
     bool csv;
-    bool stats; /* tw_stats_print on stderr at the end */
+    perf_stats_t stats; /* the library's counters on stderr at the end */
     double timeout_s;
 } perf_opts_t;
 

@@ -71,7 +71,7 @@ static void usage(FILE *out)
         "                         compute (poll, and after each empty poll US microseconds\n"
         "                         of the thread's own work, default 1)\n"
         "Output (rank 0; the other rank prints errors only):\n"
-        "      --stats            each rank prints its tw_stats_print report on stderr at the end\n"
+        "      --stats[=json]     each rank prints tw_stats_print (json: tw_stats_json) on stderr\n"
         "      --csv              CSV on stdout: a header line, then rows (tools/plot-perf.sh\n"
         "                         plots a sweep of them with gnuplot)\n"
         "      --timeout SEC      fail when a wait sees no completion for SEC seconds\n"
@@ -216,7 +216,7 @@ static const struct option longopts[] = {
     {"loop", required_argument, NULL, 'l'},
     {"split", no_argument, NULL, OPT_SPLIT},
     {"csv", no_argument, NULL, OPT_CSV},
-    {"stats", no_argument, NULL, OPT_STATS},
+    {"stats", optional_argument, NULL, OPT_STATS},
     {"plot", optional_argument, NULL, OPT_PLOT}, /* removed: says so */
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
@@ -382,7 +382,13 @@ static int parse_opt(int opt, char **argv)
         g_opts.csv = true;
         return EXIT_OK;
     case OPT_STATS:
-        g_opts.stats = true;
+        if (optarg == NULL || strcmp(optarg, "text") == 0) {
+            g_opts.stats = PERF_STATS_TEXT;
+        } else if (strcmp(optarg, "json") == 0) {
+            g_opts.stats = PERF_STATS_JSON;
+        } else {
+            return usage_error("--stats takes no value, or =json");
+        }
         return EXIT_OK;
     case OPT_PLOT:
         return usage_error("--plot was removed: plot --csv output with tools/plot-perf.sh "

@@ -171,7 +171,7 @@ void perf_print_banner(void)
     }
 }
 
-/* --stats: the library's counters on stderr, in one write per rank, so
+/* --stats[=json]: the library's counters on stderr, in one write per rank, so
  * the ranks' reports do not interleave. */
 void perf_print_stats(void)
 {
@@ -179,7 +179,8 @@ void perf_print_stats(void)
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
     if (mem != NULL) {
-        (void)tw_stats_print(g_ctx, mem);
+        (void)(g_opts.stats == PERF_STATS_JSON ? tw_stats_json(g_ctx, mem)
+                                               : tw_stats_print(g_ctx, mem));
         fclose(mem);
         fwrite(text, 1, len, stderr);
         free(text);

@@ -174,7 +174,7 @@ int main(int argc, char **argv)
     if (rc == EXIT_OK) {
         rc = measure(&bar, ws);
     }
-    if (rc == EXIT_OK && g_opts.stats) {
+    if (rc == EXIT_OK && g_opts.stats != PERF_STATS_NONE) {
         perf_print_stats();
     }
     return job_teardown(&bar, ws, rc);
