@@ -4,7 +4,7 @@
  * All-to-all between every thread of every rank, through the public API.
  *
  *   twrun -n N test_alltoall [-t THREADS] [-m MSGS] [--max-size BYTES] [--seed S]
- *                            [--max-stall S] [--stats[=json]]
+ *                            [--max-stall S] [--stats[=json]] [--poll]
  *
  * (-n 1 works too: the rank sends to itself.) Every rank runs THREADS
  * workers (default 4), each with its own CQ. Worker s of rank r sends MSGS
@@ -48,6 +48,8 @@
  * message of their kind. At the end a barrier of 0-byte messages keeps
  * every rank alive until all ranks are done. Manual mode
  * (TW_PROGRESS_THREADS=0): every waiting thread calls tw_progress.
+ * --poll: workers never wait in tw_cq_wait; they spin on tw_cq_poll (and
+ * tw_progress in manual mode), as MPI codes spin on MPI_Test.
  *
  * Exit 0 only when every count matches.
  */
@@ -96,6 +98,8 @@ static uint32_t g_msgs; /* per (sender thread, destination rank) */
 static uint32_t g_max_size, g_wild_max;
 static uint64_t g_seed;
 static double g_max_stall; /* s without a completion in a thread: a failure */
+static bool g_poll;        /* --poll: workers spin on tw_cq_poll alone */
+static bool g_manual;      /* TW_PROGRESS_THREADS=0 */
 static plan_t *g_plan;     /* [src rank][src thread][dst rank][seq] */
 static tw_context_t *g_ctx;
 
@@ -519,9 +523,19 @@ static void *worker_main(void *arg)
     while (w->received < w->expect || w->sent < w->send_total) {
         bool did = post_receives(w);
         did |= post_sends(w);
-        tw_progress(g_ctx); /* manual mode needs it; a no-op with progress threads */
-        int n = did ? tw_cq_poll(w->cq, comps, 32) : tw_cq_wait(w->cq, comps, 32, 100);
-        TW_MP_CHECK(n >= 0, "tw_cq_wait returned %d", n);
+        int n;
+        if (g_poll) {
+            /* Spinning on tw_cq_poll alone, as a code spins on MPI_Test:
+             * with progress threads nothing else drives the transports. */
+            n = tw_cq_poll(w->cq, comps, 32);
+            if (n == 0 && g_manual) {
+                tw_progress(g_ctx);
+            }
+        } else {
+            tw_progress(g_ctx); /* manual mode needs it; a no-op with progress threads */
+            n = did ? tw_cq_poll(w->cq, comps, 32) : tw_cq_wait(w->cq, comps, 32, 100);
+        }
+        TW_MP_CHECK(n >= 0, "tw_cq_poll/wait returned %d", n);
         for (int i = 0; i < n; i++) {
             check_completion(w, &comps[i]);
         }
@@ -584,10 +598,19 @@ int main(int argc, char **argv)
                       .seed = 1,
                       .stall_s = 30};
 
+    bool poll = false;
+    const tw_mp_opt_t extra[] = {
+        {"poll", 0, TW_MP_ARG_FLAG, &poll,
+         "workers wait on tw_cq_poll alone, never tw_cq_wait (tw_progress too in manual mode)"},
+    };
+    const char *pt = getenv("TW_PROGRESS_THREADS");
+
     tw_mp_parse(argc, argv, "test_alltoall",
                 TW_MP_THREADS | TW_MP_MESSAGES | TW_MP_MAX_SIZE | TW_MP_SEED | TW_MP_STALL |
                     TW_MP_STATS,
-                NULL, 0, &o);
+                extra, TWT_ARRAY_SIZE(extra), &o);
+    g_poll = poll;
+    g_manual = pt != NULL && strcmp(pt, "0") == 0;
     TWT_CHECKF(o.messages <= (1u << 24), "at most %u messages", 1u << 24);
     g_threads = o.threads;
     g_msgs = (uint32_t)twt_scaled(o.messages, 2);
@@ -653,12 +676,11 @@ int main(int argc, char **argv)
     tw_mp_watchdog_stop();
     TW_MP_CHECK(st == TW_OK, "tw_finalize: %s", tw_strerror(st));
 
-    const char *pt = getenv("TW_PROGRESS_THREADS");
-    printf("alltoall rank %d of %d (%s progress): %u threads x %u msgs x %d ranks: "
+    printf("alltoall rank %d of %d (%s progress%s): %u threads x %u msgs x %d ranks: "
            "sent %llu (%.1f MiB), received %llu intact exactly once (exact %llu, channel "
            "%llu, masked %llu, any-source %llu; %llu > 8 KiB, %llu truncated as planned, "
            "%.1f MiB), in order; %.2f s (tw_init %.0f ms)\n",
-           g_rank, g_size, pt != NULL && strcmp(pt, "0") == 0 ? "manual" : "thread", g_threads,
+           g_rank, g_size, g_manual ? "manual" : "thread", g_poll ? ", poll loop" : "", g_threads,
            g_msgs, g_size, (unsigned long long)sent, (double)bsent / (1 << 20),
            (unsigned long long)recv, (unsigned long long)by_cls[CLS_EXACT],
            (unsigned long long)by_cls[CLS_CHAN], (unsigned long long)by_cls[CLS_MASKED],
