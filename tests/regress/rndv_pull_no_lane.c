@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
+ * Regression (fixed in 9ea7f76): a rendezvous pull handed to the engine
+ * from a thread without a submission lane failed, and its sender heard
+ * nothing until the peer failed or closed.
+ *
  * A large receive posted after its message was announced, by a thread that
  * is not the transport's engine, while that thread cannot get a submission
  * lane to the engine (tw_pe_test_submit_fail: as if the lane could not be
@@ -8,7 +12,7 @@
  * as the engine's owner (tw_pe_hand_over) -- so the receive gets the
  * message intact and its sender's send completes.
  *
- *   twrun -n 2 test_handover      (TW_TRANSPORTS=shm or tcp, progress threads)
+ *   twrun -n 2 regress_rndv_pull_no_lane   (TW_TRANSPORTS=shm or tcp, progress threads)
  *
  * Rank 0 sends NMSG messages of LEN bytes (rendezvous: above the eager
  * limit), then a small one; rank 1 receives the small one first, so the
