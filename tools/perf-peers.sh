@@ -25,6 +25,8 @@
 #        (RDMA write / read) beside ucp_put_lat, ucp_put_bw and ucp_get.
 #        For real hardware: figures from an emulated device (Soft-RoCE
 #        under TCG) mean nothing.
+# The poll-loop rows (tw_perf -l poll | compute:US) wait the way applications
+# do, spinning on tw_cq_poll; a base build without -l shows "-" there.
 # Needs ucx-utils for the UCX column, openmpi-bin and libopenmpi-dev for the
 # Open MPI one (tcp); a missing peer shows "-". About 15 s (shm) and
 # 1.5 min (tcp) at REPS=5 on 2 cores.
@@ -77,9 +79,13 @@ case $transport in
       "lat|8 B latency, us (manual progress, spin)|-x lat -s 8 -p 0 -m spin -n 100000"
       "lat|8 B latency, us (progress thread, spin)|-x lat -s 8 -m spin -n 20000"
       "lat|8 B latency, us (progress thread, adaptive)|-x lat -s 8 -n 20000"
+      "lat|8 B latency, us (progress thread, poll loop)|-x lat -s 8 -l poll -n 20000"
+      "lat|8 B latency, us (poll loop, 4 thr)|-x lat -s 8 -l poll -t 4 -n 20000"
+      "lat|8 B latency, us (poll + 1 us compute)|-x lat -s 8 -l compute:1 -n 20000"
       "rate|8 B rate, M msg/s (manual, spin)|-x rate -s 8 -p 0 -m spin"
       "rate|8 B rate, M msg/s (progress thread)|-x rate -s 8"
       "rate|8 B rate, M msg/s (progress thread, 4 thr)|-x rate -s 8 -t 4"
+      "rate|8 B rate, M msg/s (poll loop, 4 thr)|-x rate -s 8 -t 4 -l poll"
       "bw|1 MiB bandwidth, MB/s (manual, spin)|-x bw -s 1m -p 0 -m spin"
       "bw|1 MiB bandwidth, MB/s (progress thread)|-x bw -s 1m"
     ) ;;
@@ -96,6 +102,7 @@ case $transport in
       "lat|8 B latency, us (manual progress, spin)|-x lat -s 8 -p 0 -m spin -n 20000"
       "lat|8 B latency, us (progress thread, spin)|-x lat -s 8 -m spin -n 20000"
       "lat|8 B latency, us (progress thread, adaptive)|-x lat -s 8 -n 20000"
+      "lat|8 B latency, us (progress thread, poll loop)|-x lat -s 8 -l poll -n 20000"
       "rate|8 B rate, M msg/s (manual, spin)|-x rate -s 8 -p 0 -m spin"
       "rate|8 B rate, M msg/s (progress thread, spin)|-x rate -s 8 -m spin"
       "rate|8 B rate, M msg/s (progress thread)|-x rate -s 8"
