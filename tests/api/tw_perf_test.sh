@@ -69,6 +69,18 @@ for m in spin block adaptive; do
   run -x lat,rate -m "$m" -n "$nb"
   check_all_row rate
 done
+# The loops applications write: spinning on tw_cq_poll, and polling with
+# the thread's own work between polls; and the overlap test, whose '#'
+# line says how much of the computation the transfer hid.
+for l in poll compute:2; do
+  run -x lat,rate -l "$l" -t 2 -n "$nb"
+  check_all_row lat
+  grep -q "loop ${l}" <<<"$out" || { echo "$out"; fail "-l $l: the banner does not name the loop"; }
+done
+run -x overlap -s 64k -n "$nb"
+check_all_row overlap
+grep -qE '^# overlap: round trip alone [0-9.]+ us, computation [0-9.]+ us, both [0-9.]+ us: [0-9]+ % ' \
+  <<<"$out" || { echo "$out"; fail "-x overlap: no '# overlap' line"; }
 
 # One-sided over self: a sweep (every size checked at both ends of the
 # run, in the windows' two slots), both pairings with 2 threads, manual
@@ -126,7 +138,8 @@ usage_fails() { # ARGS...: tw_perf must exit 2 with a message; it lands in $msg.
   [ "$rc" -eq 2 ] || fail "tw_perf $* exited $rc, want 2"
   grep -q "^tw_perf: " <<<"$msg" || fail "tw_perf $*: no message: $msg"
 }
-for bad in "--bogus" "-x nope" "-s 0:4k" "-s 4q" "-t 0" "-m fast" "-n" "-w 0" "stray"; do
+for bad in "--bogus" "-x nope" "-s 0:4k" "-s 4q" "-t 0" "-m fast" "-n" "-w 0" "stray" "-l busy" \
+  "-l compute:0"; do
   # shellcheck disable=SC2086 # split the option from its value
   usage_fails $bad
 done
@@ -139,7 +152,7 @@ for bad in "--plot" "--plot x.png" "--plot=x.png"; do
 done
 run --help
 for o in --test --size --iters --warmup --window --threads --split --transports \
-  --progress-threads --wait-mode --csv --stats --timeout --help ${rma//,/ }; do
+  --progress-threads --wait-mode --loop --csv --stats --timeout --help overlap ${rma//,/ }; do
   grep -q -- "$o" <<<"$out" || fail "--help does not document $o"
 done
 

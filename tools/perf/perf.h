@@ -56,7 +56,7 @@
 #define PERF_MAX_THREADS 256
 #define PERF_MAX_WINDOW  65536
 #define PERF_MAX_SIZE    ((size_t)1 << 30)
-#define PERF_MAX_TESTS   7   /* each test once */
+#define PERF_MAX_TESTS   8   /* each test once */
 #define PERF_WAIT_MS     100 /* one tw_cq_wait slice: abort/timeout checks between */
 #define PERF_POLL_MAX    32
 
@@ -73,7 +73,8 @@ typedef enum perf_test {
     TEST_PUT_LAT,
     TEST_PUT_BW,
     TEST_GET_LAT,
-    TEST_GET_BW
+    TEST_GET_BW,
+    TEST_OVERLAP
 } perf_test_t;
 
 extern const char *const test_names[]; /* by perf_test_t, as -x names them */
@@ -163,10 +164,11 @@ typedef struct perf_worker {
     perf_ep_t ep;
     perf_rma_t *rma; /* NULL without one-sided tests */
     bool role[2];
-    unsigned char *sbuf[2][2]; /* [role][first/last iteration pattern] */
-    unsigned char *rbuf[2];    /* [role] */
-    double *samples;           /* ns per message (lat: half round trip) */
-    uint64_t elapsed_ns;       /* measured part of the run */
+    unsigned char *sbuf[2][2];  /* [role][first/last iteration pattern] */
+    unsigned char *rbuf[2];     /* [role] */
+    double *samples;            /* ns per message (lat: half round trip) */
+    uint64_t elapsed_ns;        /* measured part of the run */
+    double comm_ns, compute_ns; /* overlap: the round trip alone, the computation */
     tw_status_t status;
 } perf_worker_t;
 
@@ -203,7 +205,13 @@ static inline bool test_is_put(perf_test_t t)
 /* One operation at a time (window 1) rather than windows of them. */
 static inline bool test_is_lat(perf_test_t t)
 {
-    return t == TEST_LAT || t == TEST_PUT_LAT || t == TEST_GET_LAT;
+    return t == TEST_LAT || t == TEST_PUT_LAT || t == TEST_GET_LAT || t == TEST_OVERLAP;
+}
+
+/* A ping-pong of messages (each way), lat's kernel. */
+static inline bool test_is_pingpong(perf_test_t t)
+{
+    return t == TEST_LAT || t == TEST_OVERLAP;
 }
 
 /* The functions each file offers the others (their comments are beside
@@ -219,6 +227,7 @@ tw_status_t perf_ep_wait(perf_ep_t *ep, const uint64_t *counter, uint64_t target
 tw_status_t perf_ep_send(perf_ep_t *ep, const void *buf, size_t len, uint64_t tag);
 tw_status_t perf_ep_recv(perf_ep_t *ep, int role, void *buf, size_t len);
 tw_status_t perf_worker_run(perf_worker_t *w);
+void perf_compute_ns(uint64_t ns);
 
 /* perf_run.c: barrier, defaults, buffers, one-sided windows, one run */
 tw_status_t perf_rank_barrier(perf_ep_t *ep, uint64_t seq);

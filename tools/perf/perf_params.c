@@ -11,7 +11,8 @@
 #include "perf.h"
 
 perf_opts_t g_opts;
-const char *const test_names[] = {"lat", "bw", "rate", "put_lat", "put_bw", "get_lat", "get_bw"};
+const char *const test_names[] = {"lat",    "bw",      "rate",   "put_lat",
+                                  "put_bw", "get_lat", "get_bw", "overlap"};
 
 static void usage(FILE *out)
 {
@@ -31,6 +32,13 @@ static void usage(FILE *out)
         "                           bw    streaming: a window of sends per iteration, the\n"
         "                                 receiver acks each window with a 0-byte message\n"
         "                           rate  as bw, for the message rate (M msgs/s)\n"
+        "                           overlap  how much of a computation a transfer hides:\n"
+        "                                 lat's ping-pong (default 1 MiB) timed alone, then\n"
+        "                                 with as long a computation between the send and\n"
+        "                                 the wait; the row is the round trip with it, and\n"
+        "                                 a '# overlap' line the share hidden (progress\n"
+        "                                 threads drive the transfer meanwhile; manual\n"
+        "                                 mode cannot)\n"
         "                         one-sided, into / out of a window the responder registered:\n"
         "                           put_lat  one tw_put at a time, timed to its completion:\n"
         "                                    the bytes are in place at the target then, so\n"

@@ -30,9 +30,9 @@ static perf_result_t worker_result(perf_worker_t *w, const perf_run_t *r)
     perf_result_t res;
     /* lat: a message each way per iteration; put_lat, get_lat: one
      * operation; the others: a window of them. */
-    uint64_t msgs = r->test == TEST_LAT    ? 2 * r->iters
-                    : test_is_lat(r->test) ? r->iters
-                                           : r->iters * r->window;
+    uint64_t msgs = test_is_pingpong(r->test) ? 2 * r->iters
+                    : test_is_lat(r->test)    ? r->iters
+                                              : r->iters * r->window;
     double sum = 0, secs = (double)w->elapsed_ns * 1e-9;
 
     res.lat_min = res.lat_max = w->samples[0];
@@ -108,6 +108,34 @@ static void print_row(const perf_run_t *r, const char *thread, const perf_result
            res->lat_avg, res->lat_min, res->lat_max, res->mbps, res->mmps);
 }
 
+/* overlap: what share of the shorter of communication and computation the
+ * two running together hid -- (comm + compute - both) / min(comm, compute),
+ * medians over the threads, 0 when nothing overlapped, 1 when the shorter
+ * one vanished entirely. A '#' line: on stdout with the table, on stderr
+ * with --csv (the CSV stays rows only). */
+static void print_overlap(perf_worker_t *ws, const perf_result_t *all)
+{
+    double *v = malloc(2 * (size_t)g_opts.threads * sizeof(*v));
+    double comm, compute, both = all->lat_med, share;
+
+    if (v == NULL) {
+        return;
+    }
+    for (int i = 0; i < g_opts.threads; i++) {
+        v[i] = ws[i].comm_ns / 1e3;
+        v[g_opts.threads + i] = ws[i].compute_ns / 1e3;
+    }
+    comm = median_of(v, (size_t)g_opts.threads);
+    compute = median_of(v + g_opts.threads, (size_t)g_opts.threads);
+    free(v);
+    share = (comm + compute - both) / (comm < compute ? comm : compute);
+    share = share < 0 ? 0 : share > 1 ? 1 : share;
+    fprintf(g_opts.csv ? stderr : stdout,
+            "# overlap: round trip alone %.1f us, computation %.1f us, both %.1f us: %.0f %% of "
+            "the shorter hidden (%s progress)\n",
+            comm, compute, both, share * 100, g_manual ? "manual" : "thread");
+}
+
 /* Rank 0, after run @p r: a row per thread (with -t > 1) and the 'all'
  * row. @p res has room for a result per thread. */
 void perf_report_run(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res)
@@ -124,6 +152,9 @@ void perf_report_run(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res)
         print_row(r, id, &res[i]);
     }
     print_row(r, "all", &all);
+    if (r->test == TEST_OVERLAP) {
+        print_overlap(ws, &all);
+    }
     fflush(stdout);
 }
 

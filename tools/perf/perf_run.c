@@ -38,7 +38,9 @@ tw_status_t perf_rank_barrier(perf_ep_t *ep, uint64_t seq)
 /* The size of a test without -s. */
 size_t perf_default_size(perf_test_t test)
 {
-    return test == TEST_BW || test == TEST_PUT_BW || test == TEST_GET_BW ? (size_t)1 << 20 : 8;
+    return test == TEST_BW || test == TEST_PUT_BW || test == TEST_GET_BW || test == TEST_OVERLAP
+               ? (size_t)1 << 20
+               : 8;
 }
 
 static uint64_t default_iters(perf_test_t test, size_t size, unsigned window)
@@ -306,8 +308,8 @@ int perf_run_one(perf_worker_t *ws, const perf_run_t *r)
                 sends = role == ROLE_A && w->role[role] && test_is_put(r->test);
                 recvs = role == ROLE_A && w->role[role] && !test_is_put(r->test);
             } else {
-                sends = w->role[role] && (role == ROLE_A || r->test == TEST_LAT);
-                recvs = w->role[role] && (role == ROLE_B || r->test == TEST_LAT);
+                sends = w->role[role] && (role == ROLE_A || test_is_pingpong(r->test));
+                recvs = w->role[role] && (role == ROLE_B || test_is_pingpong(r->test));
             }
             for (int which = 0; sends && which < 2; which++) {
                 w->sbuf[role][which] = alloc_buf(r->size);

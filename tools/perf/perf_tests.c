@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "perf.h"
@@ -167,27 +168,28 @@ static tw_status_t ep_complete(perf_ep_t *ep, const tw_completion_t *c)
     return ep_fail(ep, TW_ERR_PROTOCOL, "completion with unknown user value %p", c->user);
 }
 
-/* The thread's own work between polls: about @p us microseconds of
- * arithmetic the compiler cannot drop (the loop count is calibrated once). */
-static void perf_compute(unsigned us)
+/* The thread's own work: about @p ns nanoseconds of arithmetic the
+ * compiler cannot drop, no syscall (the loop count is calibrated once,
+ * over 2 ms). Thread: any. */
+void perf_compute_ns(uint64_t ns)
 {
-    static _Atomic uint64_t per_us; /* iterations per microsecond; 0: not yet */
+    static _Atomic uint64_t per_ms; /* iterations per millisecond; 0: not yet */
     static _Atomic uint64_t sink;
-    uint64_t k = atomic_load_explicit(&per_us, memory_order_relaxed);
-    uint64_t x = (uint64_t)us, iters;
+    uint64_t k = atomic_load_explicit(&per_ms, memory_order_relaxed);
+    uint64_t x = ns, iters;
 
     if (k == 0) {
         uint64_t t0 = now_ns(), n = 0;
-        while (now_ns() - t0 < 2000000) { /* 2 ms */
+        while (now_ns() - t0 < 2000000) {
             for (int i = 0; i < 1000; i++) {
                 x = x * 6364136223846793005ull + 1442695040888963407ull;
             }
             n += 1000;
         }
-        k = n / 2000 > 0 ? n / 2000 : 1;
-        atomic_store_explicit(&per_us, k, memory_order_relaxed);
+        k = n / 2 > 0 ? n / 2 : 1;
+        atomic_store_explicit(&per_ms, k, memory_order_relaxed);
     }
-    iters = k * us;
+    iters = k * ns / 1000000;
     for (uint64_t i = 0; i < iters; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
     }
@@ -209,7 +211,7 @@ static tw_status_t ep_progress(perf_ep_t *ep)
             (void)tw_progress(g_ctx); /* manual mode: nobody else drives it */
         }
         if (n == 0 && g_opts.loop == PERF_LOOP_COMPUTE) {
-            perf_compute(g_opts.compute_us);
+            perf_compute_ns((uint64_t)g_opts.compute_us * 1000);
         }
     } else {
         n = tw_cq_wait(ep->cq, c, PERF_POLL_MAX, PERF_WAIT_MS);
@@ -352,12 +354,51 @@ static tw_status_t worker_verify(perf_worker_t *w, int role, int which)
     return TW_OK;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of @p n values (sorts them). */
+static double median_u64(uint64_t *v, uint64_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_u64);
+    return (double)v[n / 2];
+}
+
+/* overlap, at the end of its first phase: the round trip alone is the
+ * median of the @p n samples (full round trips) in w->samples; the second
+ * phase computes that long between its send and its wait. */
+static void overlap_calibrated(perf_worker_t *w, uint64_t n)
+{
+    uint64_t *v = malloc(n * sizeof(*v));
+
+    if (v == NULL) {
+        w->comm_ns = w->samples[0];
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        v[i] = (uint64_t)w->samples[i];
+    }
+    w->comm_ns = median_u64(v, n);
+    free(v);
+}
+
+/* lat: a ping-pong, half the round trip per sample. overlap: the same
+ * ping-pong r->iters times alone (its median: w->comm_ns), then r->iters
+ * times with that long a computation between A's send and its wait; a
+ * sample is the whole round trip with it (w->compute_ns: what the
+ * computation took on average). B answers the same way in both. */
 static tw_status_t run_lat(perf_worker_t *w)
 {
     perf_ep_t *ep = &w->ep;
     const perf_run_t *r = ep->run;
-    uint64_t total = r->warmup + r->iters, tag = (uint64_t)w->id;
-    tw_status_t st = TW_OK;
+    bool overlap = r->test == TEST_OVERLAP;
+    uint64_t cal = overlap ? r->iters : 0; /* first phase: alone */
+    uint64_t total = r->warmup + cal + r->iters, tag = (uint64_t)w->id;
+    uint64_t *busy = overlap ? calloc(r->iters, sizeof(*busy)) : NULL; /* compute times */
+    tw_status_t st = overlap && busy == NULL ? TW_ERR_NOMEM : TW_OK;
 
     ep->expect_tag[ROLE_A] = tag | TAG_REPLY;
     ep->expect_tag[ROLE_B] = tag;
@@ -378,6 +419,11 @@ static tw_status_t run_lat(perf_worker_t *w)
             t0 = now_ns();
             if ((st = perf_ep_send(ep, w->sbuf[ROLE_A][which], r->size, tag)) != TW_OK) {
                 break;
+            }
+            if (overlap && k >= r->warmup + cal) {
+                uint64_t c0 = now_ns();
+                perf_compute_ns((uint64_t)w->comm_ns);
+                busy[k - r->warmup - cal] = now_ns() - c0;
             }
         }
         if (w->role[ROLE_B]) {
@@ -401,9 +447,14 @@ static tw_status_t run_lat(perf_worker_t *w)
                 break;
             }
             uint64_t rtt = now_ns() - t0;
-            if (k >= r->warmup) {
-                w->samples[k - r->warmup] = (double)rtt / 2;
+            if (k >= r->warmup + cal) {
+                w->samples[k - r->warmup - cal] = overlap ? (double)rtt : (double)rtt / 2;
                 w->elapsed_ns += rtt;
+            } else if (k >= r->warmup) {
+                w->samples[k - r->warmup] = (double)rtt;
+                if (k + 1 == r->warmup + cal) {
+                    overlap_calibrated(w, cal);
+                }
             }
             if (check) {
                 st = worker_verify(w, ROLE_A, which);
@@ -412,6 +463,10 @@ static tw_status_t run_lat(perf_worker_t *w)
     }
     if (st == TW_OK) {
         st = perf_ep_wait(ep, &ep->sends_done, ep->sends_posted);
+    }
+    if (busy != NULL) {
+        w->compute_ns = r->iters > 0 ? median_u64(busy, r->iters) : 0;
+        free(busy);
     }
     return st;
 }
@@ -626,6 +681,7 @@ tw_status_t perf_worker_run(perf_worker_t *w)
 {
     switch (w->ep.run->test) {
     case TEST_LAT:
+    case TEST_OVERLAP:
         return run_lat(w);
     case TEST_BW:
     case TEST_RATE:
