@@ -10,6 +10,13 @@
 //                               >= 70 % of 1 thread's rate).
 //   BM_SelfStream/threads:T     each thread keeps a window of 32 receives
 //                               and sends in flight: message rate.
+//   BM_EmptyPoll                tw_cq_poll on a CQ with nothing in it: what
+//                               a poll loop pays per turn (with progress
+//                               threads it polls the stack's roots under
+//                               their engines' try-locks, and yields every
+//                               64th turn). A job of one has only self;
+//                               `twrun -n 2 bench_self --benchmark_filter=
+//                               EmptyPoll` measures it over shm and tcp.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -80,8 +87,27 @@ void BM_SelfStream(benchmark::State &state)
     state.SetItemsProcessed(state.iterations() * window);
 }
 
+void BM_EmptyPoll(benchmark::State &state)
+{
+    tw_cq_t *cq;
+    tw_completion_t c[8];
+    if (tw_cq_create(g_ctx, 8, &cq) != TW_OK) {
+        state.SkipWithError("tw_cq_create");
+        return;
+    }
+    for (auto _ : state) {
+        if (tw_cq_poll(cq, c, 8) != 0) {
+            state.SkipWithError("a completion from nowhere");
+            break;
+        }
+    }
+    tw_cq_destroy(cq);
+    state.SetItemsProcessed(state.iterations());
+}
+
 } // namespace
 
+BENCHMARK(BM_EmptyPoll);
 BENCHMARK(BM_SelfRoundTrip)->ThreadRange(1, 8)->UseRealTime();
 BENCHMARK(BM_SelfStream)->ThreadRange(1, 8)->UseRealTime();
 
