@@ -594,13 +594,23 @@ static int tw_cq_wait_block(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t
 /* Poll with back-off until a completion or @p until. */
 static int tw_cq_wait_spin(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t until)
 {
-    tw_backoff_t b = TW_BACKOFF_INIT;
+    unsigned empty = 0;
 
+    /* As a tw_cq_poll loop (cq-poll-drives.md): drive what the caller may,
+     * look, and give the CPU away once every TW_CQ_POLL_YIELD_EVERY empty
+     * turns -- never a sleep: the thread waited for (the progress thread,
+     * the peer's) may share this CPU, and a back-off that ends in sleeps
+     * makes the next arrival wait for the sleep. */
     for (;;) {
         int n;
 
         if (cq->poll_fn == NULL || cq->poll_fn(cq->progress_arg) == 0) {
-            tw_backoff_wait(&b);
+            if (++empty >= TW_CQ_POLL_YIELD_EVERY) {
+                empty = 0;
+                sched_yield();
+            } else {
+                tw_cpu_relax();
+            }
         }
         n = tw_cq_take(cq, out, max);
         if (n > 0 || tw_time_ns() >= until) {
@@ -661,14 +671,21 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
     case TW_WAIT_SPIN:
         return tw_cq_wait_spin(cq, out, max, deadline);
     case TW_WAIT_ADAPTIVE: {
-        /* Spin only while a CPU is free for the producer (spin slots):
-         * otherwise spinning steals the very CPU it waits for. */
-        if (tw_spin_slot_get()) {
+        /* Spin while a CPU is free for the producer (spin slots), or
+         * while the waiter can drive the transports itself (poll_fn, with
+         * progress threads): it then is much of its own producer, and its
+         * spin yields the CPU every TW_CQ_POLL_YIELD_EVERY empty turns, so
+         * a progress thread sharing the CPU still runs. Otherwise spinning
+         * would steal the very CPU it waits for. */
+        bool slot = tw_spin_slot_get();
+        if (slot || cq->poll_fn != NULL) {
             uint64_t now = tw_time_ns();
             uint64_t until =
                 deadline > now && deadline - now > cq->spin_ns ? now + cq->spin_ns : deadline;
             n = tw_cq_wait_spin(cq, out, max, until);
-            tw_spin_slot_put();
+            if (slot) {
+                tw_spin_slot_put();
+            }
             if (n > 0 || until == deadline) {
                 return n;
             }
