@@ -4,8 +4,9 @@
 # src/transports/lossy unit tests (TW_FAULT parser and decisions -- tests/fuzz
 # fuzzes the same parser; the lossy wrapper around self and around the
 # scripted fake transport, one ctest entry per case).
-tw_add_test(NAME fault_spec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fault.c
-            LABELS unit INTERNAL TIMEOUT 60)
+tw_add_case_tests(NAME fault_spec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fault.c
+                  LABELS unit INTERNAL TIMEOUT 60
+                  CASES parse determinism rates schedule blackhole_heal)
 tw_add_case_tests(NAME lossy SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lossy.c
                   LABELS unit INTERNAL TIMEOUT 60
                   CASES passthrough drop_all drop_seeded corrupt dup reorder delay scoped kill_self

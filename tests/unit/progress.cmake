@@ -11,7 +11,6 @@ tw_add_test(NAME progress_cq_wait SOURCES ${_d}/test_progress_cq_wait.c
             LABELS unit INTERNAL TIMEOUT 60)
 tw_add_test(NAME progress_cq_fd SOURCES ${_d}/test_progress_cq_fd.c
             LABELS unit INTERNAL TIMEOUT 60)
-foreach(_case threads modes manual doorbell fds pinned bind handover)
-  tw_add_test(NAME progress_pe SOURCES ${_d}/test_progress_pe.c
-              LABELS unit INTERNAL TIMEOUT 120 ARGS ${_case})
-endforeach()
+tw_add_case_tests(NAME progress_pe SOURCES ${_d}/test_progress_pe.c
+                  LABELS unit INTERNAL TIMEOUT 120
+                  CASES threads modes manual doorbell fds pinned bind handover)

@@ -1,13 +1,21 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * TW_FAULT (src/transports/lossy/tw_fault.c): the parser (defaults, exact
- * fixed-point probabilities, scoping by direction and fragment type with
- * the narrower key winning, every rejection) and the decisions (the same
- * seed gives the same faults; paths have streams of their own; measured
- * rates match the asked ones; corrupt bits stay inside the frame; reorder
- * holds stay inside the window; blackhole and kill start on time, and a
- * blackhole with blackhole_for heals on time).
+ * TW_FAULT (src/transports/lossy/tw_fault.c), the parser and the
+ * decisions. One ctest entry per case (unit/lossy.cmake, fault_spec):
+ *
+ *   parse           defaults, exact fixed-point probabilities, scoping by
+ *                   direction and fragment type with the narrower key
+ *                   winning, every rejection;
+ *   determinism     the same seed gives the same faults; paths have
+ *                   streams of their own;
+ *   rates           measured rates match the asked ones; corrupt bits stay
+ *                   inside the frame; reorder holds stay inside the window;
+ *                   a scoped drop hits only its direction and type;
+ *   schedule        blackhole and kill start on time; a zero-length frame
+ *                   is never corrupted;
+ *   blackhole_heal  a blackhole with blackhole_for heals on time, the
+ *                   streams staying aligned; without it, never.
  */
 #include <string.h>
 
@@ -260,12 +268,12 @@ static void test_blackhole_heal(void)
     TWT_CHECK(d.drop);
 }
 
-int main(void)
+static const twt_case_t cases[] = {
+    {"parse", test_parse},       {"determinism", test_determinism},       {"rates", test_rates},
+    {"schedule", test_schedule}, {"blackhole_heal", test_blackhole_heal},
+};
+
+int main(int argc, char **argv)
 {
-    test_parse();
-    test_determinism();
-    test_rates();
-    test_schedule();
-    test_blackhole_heal();
-    return 0;
+    return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
 }

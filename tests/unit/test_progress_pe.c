@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * Progress engines. One case per run (argv[1]):
+ * Progress engines. One ctest entry per case (unit/progress.cmake):
  *   threads   start/stop/join: thread count, tid, thread name, idempotent stop
  *   modes     spin, block, adaptive: 10^5 commands from 4 submitters run
  *             exactly once, on the owner
@@ -14,6 +14,9 @@
  *             producers into a CQ finish (no livelock on commit waits)
  *   bind      binding to hwloc package 0; a missing package warns and
  *             runs unbound
+ *   handover  tw_pe_hand_over, with a thread and without: a command goes
+ *             through the lane, or runs in the caller (once, as the owner)
+ *             when the lane cannot be had
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -689,31 +692,13 @@ static void case_handover(void)
     }
 }
 
+static const twt_case_t cases[] = {
+    {"threads", case_threads},   {"modes", case_modes},       {"manual", case_manual},
+    {"doorbell", case_doorbell}, {"fds", case_fds},           {"pinned", case_pinned},
+    {"bind", case_bind},         {"handover", case_handover},
+};
+
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-
-    if (strcmp(c, "threads") == 0) {
-        case_threads();
-    } else if (strcmp(c, "modes") == 0) {
-        case_modes();
-    } else if (strcmp(c, "manual") == 0) {
-        case_manual();
-    } else if (strcmp(c, "doorbell") == 0) {
-        case_doorbell();
-    } else if (strcmp(c, "fds") == 0) {
-        case_fds();
-    } else if (strcmp(c, "pinned") == 0) {
-        case_pinned();
-    } else if (strcmp(c, "bind") == 0) {
-        case_bind();
-    } else if (strcmp(c, "handover") == 0) {
-        case_handover();
-    } else {
-        fprintf(stderr, "usage: %s threads|modes|manual|doorbell|fds|pinned|bind|handover\n",
-                argv[0]);
-        return 1;
-    }
-    printf("ok %s\n", c);
-    return 0;
+    return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
 }

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * shm cross-process format (tw_shm_proto.h): the layout both sides
- * compute, a formatted segment and every rejection of its header check,
- * the cell parser on every type and every rejection, and the address
- * (its bytes, a round trip, every rejection). tests/fuzz/fuzz_shm_cell.c
- * fuzzes the same checks.
+ * shm cross-process format (tw_shm_proto.h); tests/fuzz/fuzz_shm_cell.c
+ * fuzzes the same checks. One ctest entry per case (unit/shm.cmake):
+ *
+ *   layout  the layout both sides compute;
+ *   seg     a formatted segment and every rejection of its header check;
+ *   cells   the cell parser on every type and every rejection;
+ *   addr    the address: its bytes, a round trip, every rejection.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +234,7 @@ static void test_cells(void)
     TWT_CHECK(strcmp(tw_shm_cell_type_name(0), "?") == 0);
     TWT_CHECK(strcmp(tw_shm_cell_type_name(200), "?") == 0);
     free(c);
+    printf("%zu cells parsed\n", TWT_ARRAY_SIZE(cell_cases));
 }
 
 /* ---- address ------------------------------------------------------------- */
@@ -312,12 +315,14 @@ static void test_addr(void)
     }
 }
 
-int main(void)
+static const twt_case_t cases[] = {
+    {"layout", test_layout},
+    {"seg", test_seg},
+    {"cells", test_cells},
+    {"addr", test_addr},
+};
+
+int main(int argc, char **argv)
 {
-    test_layout();
-    test_seg();
-    test_cells();
-    test_addr();
-    printf("shm proto: layout, segment header, %zu cells, address\n", TWT_ARRAY_SIZE(cell_cases));
-    return 0;
+    return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
 }

@@ -1,12 +1,24 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * TCP wire format: SipHash-2-4 against the reference vectors, handshake,
- * frame header and address blob pack/parse (round trips, every rejection,
- * the limits), the handshake proofs and the job-key parser. The known
- * answers (vectors, proofs, packed bytes) come from tests/fuzz/gen_corpus.py,
- * an independent Python reading of the format; `gen_corpus.py --vectors`
- * prints them.
+ * TCP wire format. The known answers (vectors, proofs, packed bytes) come
+ * from tests/fuzz/gen_corpus.py, an independent Python reading of the
+ * format; `gen_corpus.py --vectors` prints them. One ctest entry per case
+ * (unit/tcp.cmake):
+ *
+ *   siphash         SipHash-2-4 against the reference vectors; alignment,
+ *                   every key and message bit;
+ *   hs_round_trip   handshake pack/parse: the known bytes, round trips;
+ *   hs_reject       every rejection of a handshake;
+ *   hs_proof        the handshake proofs: known answers, each input counts,
+ *                   a whole exchange;
+ *   frame           frame header pack/parse, every rejection, the limits;
+ *   key_parse       the job-key parser;
+ *   addr_good       address blob pack/parse round trips;
+ *   addr_reject     every rejection of an address blob, nothing read past
+ *                   its length;
+ *   contract_edges  NULL with length 0, outputs untouched on rejection, an
+ *                   unknown wanted type.
  */
 #include <stdint.h>
 #include <string.h>
@@ -57,7 +69,13 @@ static const uint8_t hello_bytes[TW_TCP_HS_LEN] = {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 };
 
-static uint8_t key[16], nonce_c[16], nonce_a[16];
+/* Fixed for every case: key 00..0f, nonce_c 10..1f, nonce_a a0..af. */
+static const uint8_t key[16] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+                                0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f};
+static const uint8_t nonce_c[16] = {0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
+                                    0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
+static const uint8_t nonce_a[16] = {0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7,
+                                    0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf};
 
 static void fill_seq(uint8_t *p, size_t n, uint8_t first)
 {
@@ -70,42 +88,43 @@ static void fill_seq(uint8_t *p, size_t n, uint8_t first)
 
 static void test_siphash_vectors(void)
 {
-    uint8_t msg[64 + 8];
+    uint8_t k[16], msg[64 + 8];
     /* Messages end where this block ends: ASan sees any read past them. */
     uint8_t *block = malloc(64);
 
     TWT_CHECK(block != NULL);
-    fill_seq(key, sizeof(key), 0);
+    fill_seq(k, sizeof(k), 0);
+    TWT_CHECK(memcmp(k, key, sizeof(k)) == 0); /* the other cases' key */
     for (size_t n = 0; n < 64; n++) {
         uint8_t *m = block + 64 - n;
         fill_seq(m, n, 0);
-        TWT_CHECKF(tw_siphash24(key, m, n) == sip_vectors[n], "n=%zu: 0x%016" PRIx64, n,
-                   tw_siphash24(key, m, n));
+        TWT_CHECKF(tw_siphash24(k, m, n) == sip_vectors[n], "n=%zu: 0x%016" PRIx64, n,
+                   tw_siphash24(k, m, n));
         /* Alignment does not matter. */
         for (size_t off = 1; off < 8; off++) {
             fill_seq(msg + off, n, 0);
-            EQ64(tw_siphash24(key, msg + off, n), sip_vectors[n]);
+            EQ64(tw_siphash24(k, msg + off, n), sip_vectors[n]);
         }
     }
     free(block);
     /* The two most quoted, spelled out. */
-    EQ64(tw_siphash24(key, msg, 0), 0x726fdb47dd0e0e31ull);
+    EQ64(tw_siphash24(k, msg, 0), 0x726fdb47dd0e0e31ull);
     fill_seq(msg, 15, 0);
-    EQ64(tw_siphash24(key, msg, 15), 0xa129ca6149be45e5ull);
+    EQ64(tw_siphash24(k, msg, 15), 0xa129ca6149be45e5ull);
 
     /* Every key bit and every message bit matter. */
     fill_seq(msg, 64, 0);
     for (int bit = 0; bit < 128; bit++) {
-        key[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-        TWT_CHECKF(tw_siphash24(key, msg, 15) != sip_vectors[15], "key bit %d", bit);
-        key[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        k[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        TWT_CHECKF(tw_siphash24(k, msg, 15) != sip_vectors[15], "key bit %d", bit);
+        k[bit / 8] ^= (uint8_t)(1u << (bit % 8));
     }
     for (int bit = 0; bit < 15 * 8; bit++) {
         msg[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-        TWT_CHECKF(tw_siphash24(key, msg, 15) != sip_vectors[15], "message bit %d", bit);
+        TWT_CHECKF(tw_siphash24(k, msg, 15) != sip_vectors[15], "message bit %d", bit);
         msg[bit / 8] ^= (uint8_t)(1u << (bit % 8));
     }
-    EQ64(tw_siphash24(key, msg, 15), sip_vectors[15]);
+    EQ64(tw_siphash24(k, msg, 15), sip_vectors[15]);
 }
 
 /* ---- handshake ---------------------------------------------------------- */
@@ -841,21 +860,19 @@ static void test_contract_edges(void)
     }
 }
 
-int main(void)
-{
-    fill_seq(nonce_c, 16, 0x10);
-    fill_seq(nonce_a, 16, 0xa0);
+static const twt_case_t cases[] = {
+    {"siphash", test_siphash_vectors},
+    {"hs_round_trip", test_hs_round_trip},
+    {"hs_reject", test_hs_reject},
+    {"hs_proof", test_hs_proof},
+    {"frame", test_frame},
+    {"key_parse", test_key_parse},
+    {"addr_good", test_addr_good},
+    {"addr_reject", test_addr_reject},
+    {"contract_edges", test_contract_edges},
+};
 
-    test_siphash_vectors();
-    fill_seq(key, 16, 0);
-    test_hs_round_trip();
-    test_hs_reject();
-    test_hs_proof();
-    test_frame();
-    test_key_parse();
-    test_addr_good();
-    test_addr_reject();
-    test_contract_edges();
-    fprintf(stderr, "tcp_proto: ok\n");
-    return 0;
+int main(int argc, char **argv)
+{
+    return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
 }

@@ -1,13 +1,21 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /*
- * The verbs transport's pure parts, on any host (no RDMA device needed):
- * frame, connection-message, address and remote-key pack/parse (round
- * trips, every rejection, the limits), send-queue credits, and the
- * registration cache (lookups, overlapping regions, invalidation on
- * deregistration while an operation still holds a region). Also that the
- * transport reports a missing device with a reason instead of failing
- * anything else.
+ * The verbs transport's pure parts, on any host (no RDMA device needed).
+ * One ctest entry per case (unit/verbs.cmake):
+ *
+ *   frames      frame pack/parse: round trips, every rejection, the limits;
+ *   conn        connection messages: round trips, every rejection;
+ *   conn_stale  generations: which connection messages belong to a
+ *               connection that is over;
+ *   addr        the address blob: round trip, every rejection;
+ *   rkey_key    the remote key; the job key and the qkey made of it;
+ *   credits     send-queue credits;
+ *   rcache      the registration cache: lookups, overlapping regions,
+ *               invalidation on deregistration while an operation still
+ *               holds a region;
+ *   query       the transport reports a missing device with a reason
+ *               instead of failing anything else.
  */
 #include <stdint.h>
 #include <string.h>
@@ -518,16 +526,14 @@ static void test_query(void)
     TWT_EQ(tw_verbs_force_qp_error(NULL, 1) == TW_OK, 0);
 }
 
-int main(void)
+static const twt_case_t cases[] = {
+    {"frames", test_frames},         {"conn", test_conn},
+    {"conn_stale", test_conn_stale}, {"addr", test_addr},
+    {"rkey_key", test_rkey_and_key}, {"credits", test_credits},
+    {"rcache", test_rcache},         {"query", test_query},
+};
+
+int main(int argc, char **argv)
 {
-    test_frames();
-    test_conn();
-    test_conn_stale();
-    test_addr();
-    test_rkey_and_key();
-    test_credits();
-    test_rcache();
-    test_query();
-    printf("verbs proto: ok\n");
-    return 0;
+    return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
 }

@@ -3,8 +3,9 @@
 #
 # src/transports/verbs unit tests: wire formats, credits, registration cache,
 # and "no device" reported cleanly (no RDMA device needed).
-tw_add_test(NAME verbs_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_verbs_proto.c
-            LABELS unit INTERNAL TIMEOUT 30)
+tw_add_case_tests(NAME verbs_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_verbs_proto.c
+                  LABELS unit INTERNAL TIMEOUT 30
+                  CASES frames conn conn_stale addr rkey_key credits rcache query)
 if(TW_HAVE_VERBS)
   # The async event thread, with pipes standing in for devices.
   tw_add_test(NAME verbs_async SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_verbs_async.c
