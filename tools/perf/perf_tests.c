@@ -220,7 +220,7 @@ static tw_status_t ep_progress(perf_ep_t *ep)
         return ep_fail(ep, TW_ERR_INVALID, "%s failed", spin ? "tw_cq_poll" : "tw_cq_wait");
     }
     if (n > 0) {
-        ep->last_event_ns = now_ns();
+        ep->last_event_ns = coarse_ns();
         for (int i = 0; i < n; i++) {
             tw_status_t st = ep_complete(ep, &c[i]);
             if (st != TW_OK) {
@@ -233,7 +233,7 @@ static tw_status_t ep_progress(perf_ep_t *ep)
         if (atomic_load_explicit(&g_abort, memory_order_relaxed)) {
             return TW_ERR_CANCELED;
         }
-        if (!ep->no_timeout && (double)(now_ns() - ep->last_event_ns) > g_opts.timeout_s * 1e9) {
+        if (!ep->no_timeout && (double)(coarse_ns() - ep->last_event_ns) > g_opts.timeout_s * 1e9) {
             return ep_fail(ep, TW_ERR_TIMEOUT,
                            "no completion for %g s (sends: %" PRIu64 " of %" PRIu64
                            " done; received: %" PRIu64 " replies, %" PRIu64
@@ -250,7 +250,7 @@ static tw_status_t ep_progress(perf_ep_t *ep)
 /* Wait until *counter reaches target. */
 tw_status_t perf_ep_wait(perf_ep_t *ep, const uint64_t *counter, uint64_t target)
 {
-    ep->last_event_ns = now_ns();
+    ep->last_event_ns = coarse_ns();
     while (*counter < target) {
         tw_status_t st = ep_progress(ep);
         if (st != TW_OK) {
@@ -264,7 +264,7 @@ tw_status_t perf_ep_wait(perf_ep_t *ep, const uint64_t *counter, uint64_t target
  * while the CQ is full, take completions and retry. */
 tw_status_t perf_ep_send(perf_ep_t *ep, const void *buf, size_t len, uint64_t tag)
 {
-    ep->last_event_ns = now_ns();
+    ep->last_event_ns = coarse_ns();
     for (;;) {
         tw_status_t st =
             tw_send(g_ctx, g_partner, tag, buf, len, ep->cq, (void *)(uintptr_t)USER_SEND);
@@ -285,7 +285,7 @@ tw_status_t perf_ep_send(perf_ep_t *ep, const void *buf, size_t len, uint64_t ta
 
 tw_status_t perf_ep_recv(perf_ep_t *ep, int role, void *buf, size_t len)
 {
-    ep->last_event_ns = now_ns();
+    ep->last_event_ns = coarse_ns();
     for (;;) {
         tw_status_t st = tw_recv(g_ctx, g_partner, ep->expect_tag[role], 0, buf, len, ep->cq,
                                  (void *)(uintptr_t)(role == ROLE_A ? USER_RECV_A : USER_RECV_B));
@@ -310,7 +310,7 @@ static tw_status_t ep_rma(perf_ep_t *ep, const perf_rma_t *rma, int kind, void *
     size_t len = ep->run->size;
     void *user = (void *)(uintptr_t)kind;
 
-    ep->last_event_ns = now_ns();
+    ep->last_event_ns = coarse_ns();
     for (;;) {
         tw_status_t st;
 
