@@ -223,10 +223,13 @@ int tw_tcp_lane_progress(void *arg)
         tw_tcp_worker_leftovers(lane);
     }
     tw_tcp_flush_dirty(lane);
-    if (lane->nconns > 0 || tw_time_ns() - lane->last_loop >= TW_TCP_IDLE_LOOP) {
+    /* Without connections, the loop runs for accepts every ms or so: the
+     * coarse clock (a spinning engine passes here millions of times a
+     * second; a new connection waits a tick more at worst). */
+    if (lane->nconns > 0 || tw_time_coarse_ns() - lane->last_loop >= TW_TCP_IDLE_LOOP) {
         event_base_loop(lane->base, EVLOOP_NONBLOCK);
         if (lane->nconns == 0) {
-            lane->last_loop = tw_time_ns();
+            lane->last_loop = tw_time_coarse_ns();
         }
         tw_tcp_flush_dirty(lane);
     }
