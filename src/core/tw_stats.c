@@ -3,9 +3,13 @@
 /*
  * Layout: values[slot * stride + id], with stride a whole number of cache
  * lines, so slot s of every counter lives on cache lines that no other slot
- * touches. A thread adds to slot tw_thread_index() % TW_STATS_SLOTS with a
- * relaxed fetch_add (slots stay atomic because threads can share a slot).
- * High-water marks live in slot 0 only and are raised with a CAS-max loop.
+ * touches. tw_thread_index() is unique among a process's live threads, so a
+ * thread whose index is below TW_STATS_SLOTS - 1 owns slot `index` alone
+ * and adds with a relaxed load and store -- no locked instruction on the
+ * message path (readers load the slots atomically; a sum may miss an add
+ * in flight, never tear). Threads with larger indexes share the last slot,
+ * with a relaxed fetch_add. High-water marks live in slot 0 only and are
+ * raised with a CAS-max loop.
  */
 #include "core/tw_stats.h"
 
@@ -85,13 +89,22 @@ void tw_stats_destroy(tw_stats_t *s)
 
 void tw_stats_add(tw_stats_t *s, unsigned id, uint64_t v)
 {
-    unsigned slot = tw_thread_index() % TW_STATS_SLOTS;
+    unsigned idx = tw_thread_index();
+    atomic_uint_fast64_t *a;
 
     tw_assert(id < s->count && s->descs[id].kind == TW_STAT_COUNTER);
     if (TW_UNLIKELY(id >= s->count)) {
         return;
     }
-    atomic_fetch_add_explicit(&s->values[(size_t)slot * s->stride + id], v, memory_order_relaxed);
+    if (TW_LIKELY(idx < TW_STATS_SLOTS - 1)) {
+        /* This thread's own slot: nobody else writes it. */
+        a = &s->values[(size_t)idx * s->stride + id];
+        atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
+                              memory_order_relaxed);
+        return;
+    }
+    a = &s->values[(size_t)(TW_STATS_SLOTS - 1) * s->stride + id];
+    atomic_fetch_add_explicit(a, v, memory_order_relaxed);
 }
 
 void tw_stats_hwm(tw_stats_t *s, unsigned id, uint64_t v)

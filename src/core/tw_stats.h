@@ -4,9 +4,10 @@
  * Lock-free statistics counters. A tw_stats_t is a named group of counters
  * (one per transport, per progress thread, per CQ, ...). Each counter has
  * TW_STATS_SLOTS cache-line-separated slots; a thread adds to the slot of
- * its tw_thread_index(), so threads do not share cache lines in the common
- * case (slots are still atomic: more threads than slots share). Reads sum
- * the slots. High-water marks are a separate kind kept with an atomic max.
+ * its tw_thread_index(), which it owns alone (no locked instruction), so
+ * threads do not share cache lines; threads past the first
+ * TW_STATS_SLOTS - 1 share the last slot atomically. Reads sum the slots.
+ * High-water marks are a separate kind kept with an atomic max.
  */
 #ifndef TW_STATS_H
 #define TW_STATS_H

@@ -508,7 +508,7 @@ static int tw_cq_take(tw_cq_t *cq, tw_completion_t *out, int max)
 }
 
 /* Empty tw_cq_poll calls in a row on this thread, on any CQ. */
-static _Thread_local unsigned tw_cq_empty_polls;
+static TW_TLS unsigned tw_cq_empty_polls;
 
 int tw_cq_poll(tw_cq_t *cq, tw_completion_t *out, int max)
 {
