@@ -113,6 +113,11 @@ struct tw_pe {
     atomic_uint sleeping TW_ALIGNED(TW_CACHELINE);
     atomic_uint stop;
 
+    /* 1 once a submitter's command is in a lane; the lock holder clears it
+     * before it looks at the lanes, and skips them while it is 0 (a pass
+     * of a spinning engine would otherwise load 16 lanes' tails). */
+    atomic_uint cmds_pending TW_ALIGNED(TW_CACHELINE);
+
     /* Immutable after tw_pe_start (fns: written by the creator before). */
     int doorbell_fd TW_ALIGNED(TW_CACHELINE);
     int epoll_fd;
@@ -179,11 +184,27 @@ bool tw_pe_is_owner(const tw_pe_t *pe)
 
 /* ---- the loop body ------------------------------------------------------ */
 
-/* Run up to @p max commands; returns how many ran. Thread: lock holder. */
-static unsigned tw_pe_run_cmds_locked(tw_pe_t *pe, unsigned max)
+/* Run up to @p max commands; returns how many ran. @p all: look at every
+ * lane whatever cmds_pending says. Thread: lock holder.
+ *     submitter                          lock holder
+ *     commit the command (p_tail)        store(cmds_pending, 0)
+ *     fence [seq_cst] (enqueue_mp)       fence [seq_cst]
+ *     store(cmds_pending, 1) [seq_cst]   load every lane's p_tail
+ * A submitter whose 1 the holder's 0 overwrote committed before it: the
+ * fences order that commit before the holder's loads, so the scan finds
+ * it. One that stores its 1 after the 0 is seen by the next pass. */
+static unsigned tw_pe_run_cmds_locked(tw_pe_t *pe, unsigned max, bool all)
 {
     tw_pe_cmd_t cmd;
     unsigned n = 0, start = pe->next_lane;
+
+    if (!all) {
+        if (atomic_load_explicit(&pe->cmds_pending, memory_order_relaxed) == 0) {
+            return 0;
+        }
+        atomic_store_explicit(&pe->cmds_pending, 0, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+    }
 
     for (unsigned k = 0; k < TW_PE_LANES && n < max; k++) {
         unsigned i = (start + k) % TW_PE_LANES;
@@ -200,6 +221,10 @@ static unsigned tw_pe_run_cmds_locked(tw_pe_t *pe, unsigned max)
     pe->next_lane = (start + 1) % TW_PE_LANES;
     if (n > 0) {
         tw_stats_add(pe->stats, TW_PE_STAT_CMDS, n);
+        if (n >= max) {
+            /* Stopped at the batch: there may be more for the next pass. */
+            atomic_store_explicit(&pe->cmds_pending, 1, memory_order_relaxed);
+        }
     }
     return n;
 }
@@ -227,7 +252,7 @@ static int tw_pe_run_locked(tw_pe_t *pe)
 
     /* A sleeping worker is woken once per pass, after it (tw_cq.h). */
     tw_cq_batch_begin();
-    ncmd = tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH);
+    ncmd = tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH, false);
     for (unsigned i = 0; i < pe->nfns; i++) {
         int r = pe->fns[i].fn(pe->fns[i].arg);
         if (r > 0) {
@@ -364,7 +389,9 @@ static void tw_pe_drain_doorbell(tw_pe_t *pe)
  * announced it sleeps. */
 static inline void tw_pe_kick_fenced(tw_pe_t *pe)
 {
-    if (atomic_load_explicit(&pe->sleeping, memory_order_relaxed) != 0) {
+    /* seq_cst: after tw_pe_submit's seq_cst store of cmds_pending, a
+     * store/load pair of its own against the sleeper's. */
+    if (atomic_load_explicit(&pe->sleeping, memory_order_seq_cst) != 0) {
         tw_pe_ring_doorbell(pe);
         tw_stats_inc(pe->stats, TW_PE_STAT_DOORBELL);
     }
@@ -410,8 +437,10 @@ tw_status_t tw_pe_submit(tw_pe_t *pe, const tw_pe_cmd_t *cmd)
         tw_stats_inc(pe->stats, TW_PE_STAT_AGAIN);
         return TW_ERR_AGAIN;
     }
-    /* Store p_tail / load sleeping: the enqueue ends with a seq_cst fence
-     * after its commit (tw_ring_commit_mp). */
+    /* After the commit and the enqueue's seq_cst fence (tw_ring_commit_mp):
+     * see tw_pe_run_cmds_locked. Then store cmds_pending / load sleeping,
+     * both seq_cst, against the sleeper's store sleeping / fence / pass. */
+    atomic_store_explicit(&pe->cmds_pending, 1, memory_order_seq_cst);
     tw_pe_kick_fenced(pe);
     return TW_OK;
 }
@@ -596,6 +625,7 @@ tw_status_t tw_pe_create(const tw_pe_params_t *params, tw_pe_t **pe_p)
     atomic_init(&pe->loops, 0);
     atomic_init(&pe->events, 0);
     atomic_init(&pe->sleeping, 0);
+    atomic_init(&pe->cmds_pending, 0);
     atomic_init(&pe->stop, 0);
     atomic_init(&pe->ready, 0);
     atomic_init(&pe->tid, 0);
@@ -791,7 +821,7 @@ void tw_pe_destroy(tw_pe_t *pe)
     tw_pe_stop(pe);
     /* Run what is still queued; commands may queue more. */
     tw_pe_lock_wait(pe);
-    while (tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH) > 0) {
+    while (tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH, true) > 0) {
     }
     tw_pe_unlock(pe);
 
