@@ -272,6 +272,29 @@ TW_API int tw_cq_fd(tw_cq_t *cq);
 TW_API tw_status_t tw_send(tw_context_t *ctx, int dst, uint64_t tag, const void *buf, size_t len,
                            tw_cq_t *cq, void *user);
 
+/** The largest message tw_send_inject takes, on every transport. */
+#define TW_INJECT_MAX 1024
+
+/**
+ * Send a small message (at most TW_INJECT_MAX bytes) and return with it
+ * copied: @p buf may be reused at once, and no completion is queued -- the
+ * message costs no CQ slot and no completion to poll (as a UCX send that
+ * completes in place, or libfabric's fi_inject). Otherwise as tw_send: it
+ * is matched in order with the calling thread's other sends to @p dst
+ * (non-overtaking), a receive sees it like any message, and it is
+ * delivered unless @p dst fails, which the error handler reports (as for
+ * every message already on its way).
+ * @return TW_OK (copied and on its way);
+ *   TW_ERR_AGAIN: the transport's ring to @p dst is full: progress, retry;
+ *   TW_ERR_INVALID: @p len > TW_INJECT_MAX, bad handle, dst out of range,
+ *     NULL buf with len > 0, finalized context;
+ *   TW_ERR_UNREACHABLE, TW_ERR_PEER_FAILED, TW_ERR_TRANSPORT, TW_ERR_NOMEM:
+ *     as tw_send.
+ * Thread: any.
+ */
+TW_API tw_status_t tw_send_inject(tw_context_t *ctx, int dst, uint64_t tag, const void *buf,
+                                  size_t len);
+
 /**
  * Receive a message whose tag equals @p tag on every bit not set in
  * @p ignore_mask, from @p src or from any source (TW_ANY_SOURCE). The

@@ -28,6 +28,9 @@
 #include "progress/tw_cq.h"
 #include "progress/tw_pe.h"
 
+_Static_assert(sizeof(tw_msg_hdr_t) + TW_INJECT_MAX <= TW_TL_SHORT_MIN,
+               "tw_send_inject's header and bytes fit every transport's am_short");
+
 /* What the transports leave room for in front of a user's AM header. */
 _Static_assert(sizeof(tw_msg_hdr_t) + TW_AM_HDR_MAX <= TW_TL_HDR_MAX,
                "msg's header and the user's fit the transports' header room");
@@ -304,6 +307,35 @@ static tw_status_t tw_msg_post_send(tw_msg_t *msg, int dst, uint8_t am_id, const
 err_unreserve:
     tw_cq_unreserve(cq);
     return st;
+}
+
+tw_status_t tw_msg_send_inject(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len)
+{
+    tw_msg_hdr_t hdr = {.version = TW_MSG_PROTO_VERSION,
+                        .type = TW_MSG_TYPE_TAG,
+                        .src_thread = tw_thread_index(),
+                        .tag = tag,
+                        .len = len};
+    tw_tl_iface_t *iface = msg->route[dst];
+    tw_status_t st;
+
+    if (iface == NULL) {
+        return TW_ERR_UNREACHABLE;
+    }
+    if (TW_UNLIKELY(tw_msg_is_down(msg, dst))) {
+        return TW_ERR_PEER_FAILED;
+    }
+    /* Every transport's max_short holds TW_TL_SHORT_MIN, and the header
+     * and TW_INJECT_MAX bytes fit in that (asserted on top): one am_short,
+     * which copies, whatever the eager limit. */
+    st = tw_tl_am_short(iface, dst, TW_MSG_AM_TAG, &hdr, sizeof(hdr), buf, len);
+    if (st != TW_OK) {
+        return st;
+    }
+    tw_stats_inc(msg->stats, TW_MSG_STAT_EAGER);
+    tw_stats_inc(msg->stats, TW_MSG_STAT_SENT);
+    tw_stats_add(msg->stats, TW_MSG_STAT_SENT_BYTES, len);
+    return TW_OK;
 }
 
 tw_status_t tw_msg_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,

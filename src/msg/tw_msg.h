@@ -54,6 +54,9 @@ void tw_msg_peer_down(tw_msg_t *msg, int peer);
 
 tw_status_t tw_msg_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,
                         tw_cq_t *cq, void *user);
+/** tw_send_inject: @p len <= TW_INJECT_MAX, copied by am_short whatever the
+ * eager limit; no CQ. Thread: any. */
+tw_status_t tw_msg_send_inject(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len);
 tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
                         size_t len, tw_cq_t *cq, void *user);
 tw_status_t tw_msg_am_register(tw_msg_t *msg, uint8_t id, tw_am_handler_t fn, void *arg);

@@ -40,8 +40,9 @@
 
 #define TW_REL_WIN       64u           /* unacknowledged fragments per peer */
 #define TW_REL_MAX_SHORT (64u * 1024u) /* frames on a path, and an am_short, at most */
-#define TW_REL_SMALL     256u          /* eager messages up to this (header + payload) are pooled */
-#define TW_REL_POOL      64u           /* per peer */
+_Static_assert(TW_REL_MAX_SHORT >= TW_TL_SHORT_MIN, "rel's am_short holds TW_TL_SHORT_MIN");
+#define TW_REL_SMALL 256u /* eager messages up to this (header + payload) are pooled */
+#define TW_REL_POOL  64u  /* per peer */
 
 /* Set while a waiting worker polls the transports (tw_rel_poll): what it
  * receives must not run user code here. */

@@ -128,6 +128,25 @@ tw_status_t tw_send(tw_context_t *ctx, int dst, uint64_t tag, const void *buf, s
     return tw_msg_send(impl->msg, dst, tag, buf, len, cq, user);
 }
 
+tw_status_t tw_send_inject(tw_context_t *ctx, int dst, uint64_t tag, const void *buf, size_t len)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_send_inject");
+
+    if (TW_UNLIKELY(impl == NULL)) {
+        return TW_ERR_INVALID;
+    }
+    if (TW_UNLIKELY(dst < 0 || dst >= impl->size)) {
+        tw_error("api", "tw_send_inject: rank %d is not in the job (size %d)", dst, impl->size);
+        return TW_ERR_INVALID;
+    }
+    if (TW_UNLIKELY(len > TW_INJECT_MAX || !tw_api_buf_ok(buf, len))) {
+        tw_error("api", "tw_send_inject: %zu bytes at %p (at most %d, and a buffer)", len, buf,
+                 TW_INJECT_MAX);
+        return TW_ERR_INVALID;
+    }
+    return tw_msg_send_inject(impl->msg, dst, tag, buf, len);
+}
+
 tw_status_t tw_recv(tw_context_t *ctx, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
                     size_t len, tw_cq_t *cq, void *user)
 {

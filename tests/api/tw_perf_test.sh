@@ -77,6 +77,8 @@ for l in poll compute:2; do
   check_all_row lat
   grep -q "loop ${l}" <<<"$out" || { echo "$out"; fail "-l $l: the banner does not name the loop"; }
 done
+run -x lat,rate --inject -n "$nb"
+check_all_row rate
 run -x overlap -s 64k -n "$nb"
 check_all_row overlap
 grep -qE '^# overlap: round trip alone [0-9.]+ us, computation [0-9.]+ us, both [0-9.]+ us: [0-9]+ % ' \
@@ -152,7 +154,7 @@ for bad in "--plot" "--plot x.png" "--plot=x.png"; do
 done
 run --help
 for o in --test --size --iters --warmup --window --threads --split --transports \
-  --progress-threads --wait-mode --loop --csv --stats --timeout --help overlap ${rma//,/ }; do
+  --progress-threads --wait-mode --loop --inject --csv --stats --timeout --help overlap ${rma//,/ }; do
   grep -q -- "$o" <<<"$out" || fail "--help does not document $o"
 done
 

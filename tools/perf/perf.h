@@ -108,6 +108,7 @@ typedef struct perf_opts {
     perf_loop_t loop;    /* how a benchmark thread waits for completions */
     unsigned compute_us; /* PERF_LOOP_COMPUTE: work after each empty poll */
     bool split;
+    bool inject; /* sends of at most TW_INJECT_MAX bytes by tw_send_inject */
     bool csv;
     perf_stats_t stats; /* the library's counters on stderr at the end */
     double timeout_s;

@@ -64,6 +64,9 @@ static void usage(FILE *out)
         "      --split            in a job of one, run each pair as two threads, initiator\n"
         "                         and responder, as two processes would (default: one\n"
         "                         thread plays both roles); no effect with 2 processes\n"
+        "      --inject           send messages of at most TW_INJECT_MAX (1 KiB) bytes with\n"
+        "                         tw_send_inject: copied, no completion to poll (as a UCX\n"
+        "                         send that completes in place)\n"
         "Library configuration (tw_config_t; TW_* environment variables override it):\n"
         "  -T, --transports LIST  tw_config_t.transports, e.g. self,shm (default: all usable)\n"
         "  -p, --progress-threads N\n"
@@ -209,7 +212,7 @@ static int parse_tests(const char *arg)
     return EXIT_OK;
 }
 
-enum { OPT_CSV = 256, OPT_PLOT, OPT_TIMEOUT, OPT_SPLIT, OPT_STATS };
+enum { OPT_CSV = 256, OPT_PLOT, OPT_TIMEOUT, OPT_SPLIT, OPT_STATS, OPT_INJECT };
 
 static const struct option longopts[] = {
     {"test", required_argument, NULL, 'x'},
@@ -223,6 +226,7 @@ static const struct option longopts[] = {
     {"wait-mode", required_argument, NULL, 'm'},
     {"loop", required_argument, NULL, 'l'},
     {"split", no_argument, NULL, OPT_SPLIT},
+    {"inject", no_argument, NULL, OPT_INJECT},
     {"csv", no_argument, NULL, OPT_CSV},
     {"stats", optional_argument, NULL, OPT_STATS},
     {"plot", optional_argument, NULL, OPT_PLOT}, /* removed: says so */
@@ -385,6 +389,9 @@ static int parse_opt(int opt, char **argv)
         return parse_loop(optarg);
     case OPT_SPLIT:
         g_opts.split = true;
+        return EXIT_OK;
+    case OPT_INJECT:
+        g_opts.inject = true;
         return EXIT_OK;
     case OPT_CSV:
         g_opts.csv = true;

@@ -264,12 +264,16 @@ tw_status_t perf_ep_wait(perf_ep_t *ep, const uint64_t *counter, uint64_t target
  * while the CQ is full, take completions and retry. */
 tw_status_t perf_ep_send(perf_ep_t *ep, const void *buf, size_t len, uint64_t tag)
 {
+    bool inject = g_opts.inject && len <= TW_INJECT_MAX;
+
     ep->last_event_ns = coarse_ns();
     for (;;) {
         tw_status_t st =
-            tw_send(g_ctx, g_partner, tag, buf, len, ep->cq, (void *)(uintptr_t)USER_SEND);
+            inject ? tw_send_inject(g_ctx, g_partner, tag, buf, len)
+                   : tw_send(g_ctx, g_partner, tag, buf, len, ep->cq, (void *)(uintptr_t)USER_SEND);
         if (st == TW_OK) {
             ep->sends_posted++;
+            ep->sends_done += inject; /* copied: no completion comes */
             return TW_OK;
         }
         if (st != TW_ERR_AGAIN) {

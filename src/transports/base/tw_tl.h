@@ -156,6 +156,11 @@ typedef enum tw_tl_frame_class {
 #define TW_TL_HDR_SLACK 256u
 #define TW_TL_HDR_MAX   (TW_AM_HDR_MAX + TW_TL_HDR_SLACK)
 
+/** Every transport's attr.max_short is at least this (each asserts it):
+ * the layers above count on it, e.g. for tw_send_inject's TW_INJECT_MAX
+ * bytes and its header in one am_short on any route. */
+#define TW_TL_SHORT_MIN 4096u
+
 typedef struct tw_tl_params {
     int rank;
     int size;

@@ -24,7 +24,8 @@
 #include "transports/base/tw_tl.h"
 
 #define TW_SELF_MAX_SHORT (64u * 1024u)
-#define TW_SELF_MAX_HDR   4096u
+_Static_assert(TW_SELF_MAX_SHORT >= TW_TL_SHORT_MIN, "self's am_short holds TW_TL_SHORT_MIN");
+#define TW_SELF_MAX_HDR 4096u
 
 typedef struct tw_self_iface {
     tw_tl_iface_t super;

@@ -30,6 +30,8 @@
 #include "core/tw_mem.h"
 #include "transports/shm/tw_shm_int.h"
 
+_Static_assert(TW_SHM_CELL_DATA >= TW_TL_SHORT_MIN, "shm's am_short holds TW_TL_SHORT_MIN");
+
 static const tw_cfg_entry_t tw_shm_cfg_entries[] = {
     {.name = "TW_SHM_CELLS",
      .type = TW_CFG_UINT64,

@@ -26,7 +26,8 @@
 #include "transports/base/tw_tl.h"
 #include "transports/tcp/tw_tcp_proto.h"
 
-#define TW_TCP_MAX_SHORT  (64u * 1024u)
+#define TW_TCP_MAX_SHORT (64u * 1024u)
+_Static_assert(TW_TCP_MAX_SHORT >= TW_TL_SHORT_MIN, "tcp's am_short holds TW_TL_SHORT_MIN");
 #define TW_TCP_MAX_HDR    TW_TL_HDR_MAX
 #define TW_TCP_MAX_LEN    (1ull << 30)
 #define TW_TCP_HS_TIMEOUT (2ull * 1000 * 1000 * 1000)

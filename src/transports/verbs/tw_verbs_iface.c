@@ -201,6 +201,9 @@ const tw_tl_ops_t tw_verbs_ops = {
 
 /* ---- open, close ----------------------------------------------------------------- */
 
+_Static_assert(TW_VERBS_SEG - TW_VERBS_FRAME_LEN >= TW_TL_SHORT_MIN,
+               "verbs' am_short holds TW_TL_SHORT_MIN");
+
 static tw_status_t tw_verbs_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p)
 {
     const tw_tl_attr_t attr = {
