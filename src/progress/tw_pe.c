@@ -133,6 +133,7 @@ struct tw_pe {
     _Atomic uint32_t *words[TW_PE_MAX_WORDS]; /* mirrors of `sleeping` */
     bool workers_poll;                        /* adaptive: sleep at once when idle */
     uint64_t wakeups;                         /* lock holder only */
+    uint64_t pass_ns; /* lock holder only: the coarse clock at the pass's start */
     /* Passes and their events: written by the lock holder only (no
      * atomic add on every pass of a spinning engine), summed into the
      * stats on read (tw_pe_stats_source). */
@@ -175,6 +176,12 @@ static inline void tw_pe_unlock(tw_pe_t *pe)
 {
     atomic_store_explicit(&pe->owner, 0, memory_order_relaxed);
     atomic_store_explicit(&pe->lock, 0, memory_order_release);
+}
+
+uint64_t tw_pe_pass_coarse_ns(const tw_pe_t *pe)
+{
+    tw_pe_assert_owner(pe);
+    return pe->pass_ns;
 }
 
 bool tw_pe_is_owner(const tw_pe_t *pe)
@@ -250,6 +257,7 @@ static int tw_pe_run_locked(tw_pe_t *pe)
     int events = 0;
     unsigned ncmd;
 
+    pe->pass_ns = tw_time_coarse_ns();
     /* A sleeping worker is woken once per pass, after it (tw_cq.h). */
     tw_cq_batch_begin();
     ncmd = tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH, false);

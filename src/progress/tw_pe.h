@@ -140,6 +140,11 @@ void tw_pe_wake(tw_pe_t *pe);
 
 /** True on the thread currently running @p pe's functions. */
 bool tw_pe_is_owner(const tw_pe_t *pe);
+/** CLOCK_MONOTONIC_COARSE as read once at the start of the current pass:
+ * for the progress functions' periodic checks, one clock reading per pass
+ * instead of one per function. Thread: the pe's lock holder, inside a
+ * progress function. */
+uint64_t tw_pe_pass_coarse_ns(const tw_pe_t *pe);
 
 /** Builds with assertions: the caller runs @p pe's functions -- what an
  * engine owns is touched by nobody else. */

@@ -456,7 +456,7 @@ static tw_status_t tw_ctx_rma_setup(tw_ctx_impl_t *impl)
 static int tw_ctx_lifeline(void *arg)
 {
     tw_ctx_impl_t *impl = arg;
-    uint64_t now = tw_time_coarse_ns(); /* every pass: the cheap clock */
+    uint64_t now = tw_pe_pass_coarse_ns(impl->pes[0]); /* every pass: read once */
     struct pollfd pfd;
     char c;
 

@@ -506,7 +506,7 @@ int tw_shm_progress(tw_tl_iface_t *iface)
         }
         shm->next_check_ns = 0;
     }
-    uint64_t now = tw_time_coarse_ns(); /* every pass: the cheap clock */
+    uint64_t now = tw_pe_pass_coarse_ns(shm->super.pe); /* every pass: read once */
     if (now >= shm->next_check_ns) {
         shm->next_check_ns = now + TW_SHM_CHECK_NS;
         tw_shm_check_peers(shm);

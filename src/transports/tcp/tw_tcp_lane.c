@@ -226,10 +226,10 @@ int tw_tcp_lane_progress(void *arg)
     /* Without connections, the loop runs for accepts every ms or so: the
      * coarse clock (a spinning engine passes here millions of times a
      * second; a new connection waits a tick more at worst). */
-    if (lane->nconns > 0 || tw_time_coarse_ns() - lane->last_loop >= TW_TCP_IDLE_LOOP) {
+    if (lane->nconns > 0 || tw_pe_pass_coarse_ns(lane->pe) - lane->last_loop >= TW_TCP_IDLE_LOOP) {
         event_base_loop(lane->base, EVLOOP_NONBLOCK);
         if (lane->nconns == 0) {
-            lane->last_loop = tw_time_coarse_ns();
+            lane->last_loop = tw_pe_pass_coarse_ns(lane->pe);
         }
         tw_tcp_flush_dirty(lane);
     }
