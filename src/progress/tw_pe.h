@@ -142,8 +142,8 @@ void tw_pe_wake(tw_pe_t *pe);
 bool tw_pe_is_owner(const tw_pe_t *pe);
 /** CLOCK_MONOTONIC_COARSE as read once at the start of the current pass:
  * for the progress functions' periodic checks, one clock reading per pass
- * instead of one per function. Thread: the pe's lock holder, inside a
- * progress function. */
+ * instead of one per function (outside a pass of @p pe: a reading of its
+ * own). Thread: any; meant for @p pe's progress functions. */
 uint64_t tw_pe_pass_coarse_ns(const tw_pe_t *pe);
 
 /** Builds with assertions: the caller runs @p pe's functions -- what an
