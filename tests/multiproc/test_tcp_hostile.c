@@ -255,7 +255,7 @@ static void *fake_acceptor_main(void *arg)
 /* Rank 3: a send to FAKE_PEER meets the fake acceptor (see the top). */
 static void dial_fake_acceptor(tw_context_t *ctx, tw_cq_t *cq)
 {
-    static unsigned char big[128 * 1024]; /* above any eager limit: completes once written */
+    static unsigned char big[128 * 1024]; /* zero-copy (an RTS): fails with the peer */
     tw_tl_iface_t *iface = tw_mp_tcp_iface(ctx);
     fake_acceptor_t fa = {.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
     struct sockaddr_in a = {.sin_family = AF_INET};
