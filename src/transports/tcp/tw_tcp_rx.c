@@ -92,7 +92,8 @@ void tw_tcp_pulls_fail(tw_tcp_ep_t *ep, tw_status_t st)
     ep->pull_tail = NULL;
 }
 
-/* Fail @p c's peer for the bad frame c->bad names: one log line. */
+/* Fail @p c's peer for the bad frame c->bad names: one log line. Thread:
+ * engine or try-lock holder of @p c's lane. */
 void tw_tcp_fail_bad(tw_tcp_conn_t *c)
 {
     tw_tcp_iface_t *tcp = c->lane->tcp;

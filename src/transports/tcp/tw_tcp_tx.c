@@ -229,7 +229,8 @@ void tw_tcp_on_write(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* A rendezvous send is over: complete it. */
+/* A rendezvous send is over: complete it. Thread: engine or try-lock
+ * holder of its peer's lane. */
 static void tw_tcp_rsend_finish(tw_tcp_rsend_t *rs, tw_status_t st)
 {
     tw_tl_comp_t *comp = rs->comp;
@@ -264,7 +265,8 @@ static void tw_tcp_append(tw_tcp_ep_t *ep, tw_tcp_frame_out_t *f)
     ep->queued++;
 }
 
-/* Every rendezvous send to @p ep completes with @p st (its frames are gone). */
+/* Every rendezvous send to @p ep completes with @p st (its frames are
+ * gone). Thread: engine or try-lock holder of the peer's lane. */
 void tw_tcp_rsends_fail(tw_tcp_ep_t *ep, tw_status_t st)
 {
     while (ep->rs_head != NULL) {
