@@ -61,9 +61,9 @@ assert siphash24(KEY, bytes(range(8))) == 0x93F5F5799A932462
 assert siphash24(KEY, bytes(range(15))) == 0xA129CA6149BE45E5
 assert siphash24(KEY, bytes(range(63))) == 0x958A324CEB064572
 
-MAGIC, VERSION = 0x43545754, 1
+MAGIC, VERSION = 0x43545754, 2
 HELLO, WELCOME, PROVE = 1, 2, 3
-AM, FIN, PING = 1, 2, 3
+AM, FIN, PING, RTS, CTS, DATA, DONE = 1, 2, 3, 4, 5, 6, 7
 
 
 def proof(key, role, their_nonce, my_nonce, acceptor_rank, connector_rank):
@@ -107,7 +107,7 @@ def hs_seeds():
         "empty": b"",
         "hello_trailing": hello + b"\x00" * 16,
         "wrong_magic": b"TWTD" + hello[4:],
-        "wrong_version": hello[:4] + b"\x02\x00" + hello[6:],
+        "wrong_version": hello[:4] + struct.pack("<H", VERSION - 1) + hello[6:],
         "reserved_byte": hello[:7] + b"\x01" + hello[8:],
         "reserved_tail": hello[:47] + b"\x80",
         "random_48": bytes(rnd.getrandbits(8) for _ in range(48)),
@@ -140,6 +140,21 @@ def frame_seeds():
         "am_trailing": am + b"\xee" * 24,
         "random_16": bytes(rnd.getrandbits(8) for _ in range(16)),
         "random_40": bytes(rnd.getrandbits(8) for _ in range(40)),
+        # The rendezvous (version 2): header bytes lead with a u64 cookie.
+        "rts": frame(RTS, 7, 8 + 24, 64 << 20) + struct.pack("<Q", 1) + b"\x11" * 24,
+        "rts_no_hdr": frame(RTS, 0, 8, 1 << 30) + struct.pack("<Q", M64),
+        "rts_short": frame(RTS, 7, 7, 1 << 20),
+        "rts_hdr_u32_max": frame(RTS, 7, 0xFFFFFFFF, 1 << 20),
+        "cts": frame(CTS, 0, 8, 64 << 20) + struct.pack("<Q", 1),
+        "cts_release": frame(CTS, 0, 8, 0) + struct.pack("<Q", 2),
+        "cts_with_id": frame(CTS, 7, 8, 1),
+        "cts_long_hdr": frame(CTS, 0, 9, 1),
+        "data": frame(DATA, 0, 8, 32) + struct.pack("<Q", 1) + b"\x22" * 32,
+        "data_no_cookie": frame(DATA, 0, 0, 32),
+        "done": frame(DONE, 0, 8, 0) + struct.pack("<Q", 1),
+        "done_with_len": frame(DONE, 0, 8, 1),
+        "old_version": frame(AM, 7, 24, 4096, version=1),
+        "bad_type_8": frame(8, 0, 0, 0),
     }
 
 

@@ -10,7 +10,8 @@
  *     job of another size, random bytes, and a HELLO claiming rank 3
  *     (which never talks to them) followed by a PROVE with a wrong proof;
  *   then, with the job key, a full handshake claiming rank 3 and a frame
- *   header whose payload length is 2^63 (to rank 0) or SIZE_MAX (rank 1).
+ *   header whose payload length is 2^63 (to rank 0), or a CTS naming a
+ *   rendezvous cookie the victim never gave (rank 1).
  * Ranks 0 and 1 must go on intact, never stall more than 1 s, count every
  * refused handshake (tw_stats "refused") and the bad frame, and call the
  * error handler once: for "rank 3", whose connection sent the bad frame.
@@ -148,13 +149,18 @@ static void attack(tw_context_t *ctx, int victim)
     TWT_CHECKF(recv(fd, &c, 1, 0) <= 0, "a wrong proof was not refused");
     close(fd);
     /* With the job key (a rank gone rogue): a full handshake as idle rank
-     * 3, then a frame header whose payload length is 2^63 (victim 0) or
-     * SIZE_MAX (victim 1). The victim counts a bad frame and fails rank 3
-     * -- it read and allocated nothing for it. */
+     * 3, then a frame header whose payload length is 2^63 (victim 0), or
+     * a CTS asking for 1 MiB of a send the victim never announced (victim
+     * 1, cookie 42). The victim counts a bad frame and fails rank 3 -- it
+     * read, allocated and sent nothing for it. */
     tw_tcp_hs_t w;
-    tw_tcp_frame_t bad = {
-        .type = TW_TCP_FRAME_AM, .am_id = 1, .len = victim == 0 ? 1ull << 63 : SIZE_MAX};
-    uint8_t frame[TW_TCP_FRAME_LEN];
+    tw_tcp_frame_t bad = {.type = TW_TCP_FRAME_AM, .am_id = 1, .len = 1ull << 63};
+    if (victim == 1) {
+        bad = (tw_tcp_frame_t){
+            .type = TW_TCP_FRAME_CTS, .hdr_len = TW_TCP_COOKIE_LEN, .len = 1u << 20};
+    }
+    uint8_t frame[TW_TCP_FRAME_LEN + TW_TCP_COOKIE_LEN] = {0};
+    frame[TW_TCP_FRAME_LEN] = 42; /* the cookie, little-endian */
     hs.type = TW_TCP_HS_HELLO;
     hs.proof = 0;
     twt_fill(hs.nonce, sizeof(hs.nonce), 99);
@@ -166,15 +172,16 @@ static void attack(tw_context_t *ctx, int victim)
     tw_tcp_hs_pack(&hs, m);
     TWT_CHECK(send(fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m));
     tw_tcp_frame_pack(&bad, frame);
-    TWT_CHECK(send(fd, frame, sizeof(frame), MSG_NOSIGNAL) == (ssize_t)sizeof(frame));
-    TWT_CHECKF(recv(fd, &c, 1, 0) <= 0, "a frame of length %#llx was not refused",
-               (unsigned long long)bad.len);
+    size_t flen = TW_TCP_FRAME_LEN + (victim == 1 ? TW_TCP_COOKIE_LEN : 0);
+    TWT_CHECK(send(fd, frame, flen, MSG_NOSIGNAL) == (ssize_t)flen);
+    TWT_CHECKF(recv(fd, &c, 1, 0) <= 0, "a bad frame (type %u, length %#llx) was not refused",
+               bad.type, (unsigned long long)bad.len);
     close(fd);
     /* bad magic, bad version, other job size, random, wrong proof, and
      * the silent one: BAD_PER_RANK refusals. */
-    printf("rank 2: %u connect-and-close, %d bad handshakes and a frame of length %#llx against "
-           "rank %d\n",
-           n, BAD_PER_RANK, (unsigned long long)bad.len, victim);
+    printf("rank 2: %u connect-and-close, %d bad handshakes and a bad frame (type %u, length "
+           "%#llx) against rank %d\n",
+           n, BAD_PER_RANK, bad.type, (unsigned long long)bad.len, victim);
 }
 
 /* Rank 3's fake acceptor: a listening socket the test holds, published to
@@ -255,7 +262,7 @@ static void *fake_acceptor_main(void *arg)
 /* Rank 3: a send to FAKE_PEER meets the fake acceptor (see the top). */
 static void dial_fake_acceptor(tw_context_t *ctx, tw_cq_t *cq)
 {
-    static unsigned char big[128 * 1024]; /* above any eager limit: completes once written */
+    static unsigned char big[128 * 1024]; /* zero-copy (an RTS): fails with the peer */
     tw_tl_iface_t *iface = tw_mp_tcp_iface(ctx);
     fake_acceptor_t fa = {.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
     struct sockaddr_in a = {.sin_family = AF_INET};

@@ -13,6 +13,8 @@
  *   hs_proof        the handshake proofs: known answers, each input counts,
  *                   a whole exchange;
  *   frame           frame header pack/parse, every rejection, the limits;
+ *   frame_rndv      the rendezvous frames (RTS, CTS, DATA, DONE): the cookie
+ *                   leads their header bytes, and their own limits;
  *   key_parse       the job-key parser;
  *   addr_good       address blob pack/parse round trips;
  *   addr_reject     every rejection of an address blob, nothing read past
@@ -64,7 +66,7 @@ static const uint64_t sip_vectors[64] = {
 #define PROOF_C   0xdd15e014ad221420ull
 
 static const uint8_t hello_bytes[TW_TCP_HS_LEN] = {
-    0x54, 0x57, 0x54, 0x43, 0x01, 0x00, 0x01, 0x00, 0x05, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,
+    0x54, 0x57, 0x54, 0x43, 0x02, 0x00, 0x01, 0x00, 0x05, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,
     0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 };
@@ -254,11 +256,13 @@ static void test_hs_reject(void)
         memcpy(buf, good, sizeof(buf));
         buf[4] = 0;
         hs_reject(buf, type, HS_SIZE, "version 0");
-        buf[4] = 2;
-        hs_reject(buf, type, HS_SIZE, "version 2");
         buf[4] = 1;
+        hs_reject(buf, type, HS_SIZE, "version 1 (before the rendezvous frames)");
+        buf[4] = 3;
+        hs_reject(buf, type, HS_SIZE, "version 3");
+        buf[4] = 2;
         buf[5] = 1;
-        hs_reject(buf, type, HS_SIZE, "version 0x101");
+        hs_reject(buf, type, HS_SIZE, "version 0x102");
 
         /* Another message type than the one expected. */
         for (unsigned want = 0; want < 256; want++) {
@@ -450,7 +454,7 @@ static void test_frame(void)
 
     /* The layout: version | type | am_id | flags | hdr_len LE | len LE. */
     static const uint8_t am_bytes[TW_TCP_FRAME_LEN] = {
-        0x01, 0x01, 0x07, 0x00, 0x18, 0x00, 0x00, 0x00, 0x00, 0x10, 0, 0, 0, 0, 0, 0,
+        0x02, 0x01, 0x07, 0x00, 0x18, 0x00, 0x00, 0x00, 0x00, 0x10, 0, 0, 0, 0, 0, 0,
     };
     f = frame_make(TW_TCP_FRAME_AM, 7, 24, 4096);
     tw_tcp_frame_pack(&f, buf);
@@ -519,7 +523,7 @@ static void test_frame(void)
 
     /* Unknown type, flags, version. */
     for (unsigned t = 0; t < 256; t++) {
-        if (t == TW_TCP_FRAME_AM || t == TW_TCP_FRAME_FIN || t == TW_TCP_FRAME_PING) {
+        if (t >= TW_TCP_FRAME_AM && t < TW_TCP_FRAME_NTYPES) {
             continue;
         }
         f = frame_make((uint8_t)t, 0, 0, 0);
@@ -544,6 +548,64 @@ static void test_frame(void)
         buf[0] = (uint8_t)v;
         frame_reject(buf, mh, ml, "unknown version");
     }
+}
+
+/* The rendezvous frames: a cookie leads their header bytes. */
+static void test_frame_rndv(void)
+{
+    const uint32_t mh = 256, ck = TW_TCP_COOKIE_LEN;
+    const uint64_t ml = 1ull << 30;
+    uint8_t buf[TW_TCP_FRAME_LEN];
+    tw_tcp_frame_t f;
+
+    /* RTS: the limit is on the am header after the cookie; len is the
+     * payload waiting at the sender, not in the stream. */
+    f = frame_make(TW_TCP_FRAME_RTS, 7, ck + 24, ml);
+    frame_accept(&f, mh, ml);
+    TWT_EQ(tw_tcp_frame_am_hdr_len(&f), 24);
+    EQ64(tw_tcp_frame_body_len(&f), ck + 24);
+    f = frame_make(TW_TCP_FRAME_RTS, 255, ck + mh, 0);
+    frame_accept(&f, mh, ml);
+    f = frame_make(TW_TCP_FRAME_RTS, 1, ck, 1);
+    frame_accept(&f, 0, 1);
+    f = frame_make(TW_TCP_FRAME_RTS, 1, ck + mh + 1, 1);
+    tw_tcp_frame_pack(&f, buf);
+    frame_reject(buf, mh, ml, "RTS am header = max_hdr + 1");
+    f = frame_make(TW_TCP_FRAME_RTS, 1, ck - 1, 1);
+    tw_tcp_frame_pack(&f, buf);
+    frame_reject(buf, mh, ml, "RTS shorter than its cookie");
+    f = frame_make(TW_TCP_FRAME_RTS, 1, ck, ml + 1);
+    tw_tcp_frame_pack(&f, buf);
+    frame_reject(buf, mh, ml, "RTS len above the limit");
+    /* CTS, DATA, DONE: exactly a cookie, no am id; DONE no length. */
+    static const uint8_t types[] = {TW_TCP_FRAME_CTS, TW_TCP_FRAME_DATA, TW_TCP_FRAME_DONE};
+    for (size_t i = 0; i < TWT_ARRAY_SIZE(types); i++) {
+        uint64_t len = types[i] == TW_TCP_FRAME_DONE ? 0 : ml;
+        f = frame_make(types[i], 0, ck, len);
+        frame_accept(&f, 0, ml);
+        TWT_EQ(tw_tcp_frame_am_hdr_len(&f), 0);
+        EQ64(tw_tcp_frame_body_len(&f), ck + (types[i] == TW_TCP_FRAME_DATA ? len : 0));
+        static const uint32_t bad_hdr[] = {0, ck - 1, ck + 1, UINT32_MAX};
+        for (size_t k = 0; k < TWT_ARRAY_SIZE(bad_hdr); k++) {
+            f = frame_make(types[i], 0, bad_hdr[k], len);
+            tw_tcp_frame_pack(&f, buf);
+            frame_reject(buf, UINT32_MAX, UINT64_MAX, "rendezvous frame: hdr_len not a cookie");
+        }
+        f = frame_make(types[i], 3, ck, len);
+        tw_tcp_frame_pack(&f, buf);
+        frame_reject(buf, mh, ml, "rendezvous frame with an am_id");
+        f = frame_make(types[i], 0, ck, ml + 1);
+        tw_tcp_frame_pack(&f, buf);
+        frame_reject(buf, mh, ml, "rendezvous frame: len above the limit");
+    }
+    f = frame_make(TW_TCP_FRAME_DONE, 0, ck, 1);
+    tw_tcp_frame_pack(&f, buf);
+    frame_reject(buf, UINT32_MAX, UINT64_MAX, "DONE with a length");
+    /* AM and FIN: the body is header + payload, or nothing. */
+    f = frame_make(TW_TCP_FRAME_AM, 7, 24, 4096);
+    EQ64(tw_tcp_frame_body_len(&f), 24 + 4096);
+    f = frame_make(TW_TCP_FRAME_FIN, 0, 0, 0);
+    EQ64(tw_tcp_frame_body_len(&f), 0);
 }
 
 /* ---- job key ------------------------------------------------------------ */
@@ -866,6 +928,7 @@ static const twt_case_t cases[] = {
     {"hs_reject", test_hs_reject},
     {"hs_proof", test_hs_proof},
     {"frame", test_frame},
+    {"frame_rndv", test_frame_rndv},
     {"key_parse", test_key_parse},
     {"addr_good", test_addr_good},
     {"addr_reject", test_addr_reject},

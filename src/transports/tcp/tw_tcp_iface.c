@@ -54,6 +54,17 @@ static const tw_cfg_entry_t tw_tcp_cfg_entries[] = {
      .offset = offsetof(tw_tcp_cfg_t, threads),
      .min = -1,
      .max = TW_TCP_MAX_LANES},
+    {.name = "TW_TCP_RNDV",
+     .type = TW_CFG_SIZE,
+     .defval = "64k",
+     .help = "tcp transport: zero-copy payloads of this size or more go by rendezvous: the sender "
+             "sends only a request (RTS) and keeps the buffer; the receiver reads the payload "
+             "straight into the matched receive's buffer, so an unmatched message costs it a "
+             "header (under 1 KiB), not its size, and the send completes once received; smaller "
+             "ones are written at once and staged by the receiver",
+     .offset = offsetof(tw_tcp_cfg_t, rndv_thresh),
+     .min = 0,
+     .max = TW_TCP_MAX_LEN},
 };
 
 const tw_cfg_table_t tw_tcp_cfg_table = {

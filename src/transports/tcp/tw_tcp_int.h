@@ -48,7 +48,10 @@ typedef struct tw_tcp_cfg {
     char af[TW_CFG_STRLEN];
     uint64_t timeout_ns;
     int threads;
+    size_t rndv_thresh; /* am_zcopy payloads from this size on: RTS */
 } tw_tcp_cfg_t;
+
+typedef struct tw_tcp_rsend tw_tcp_rsend_t;
 
 /* One frame waiting to be written. Header bytes follow the struct; the
  * payload follows them (short) or is the caller's (zcopy). Owned by its
@@ -64,8 +67,28 @@ typedef struct tw_tcp_frame_out {
     size_t off;         /* bytes of head + zdata already written */
     int peer;
     bool pooled; /* returns to its lane's pool */
+    /* A rendezvous send's RTS (rs_data false) or DATA (true), else NULL. */
+    tw_tcp_rsend_t *rs;
+    bool rs_data;
     unsigned char bytes[];
 } tw_tcp_frame_out_t;
+
+/* A large am_zcopy announced by RTS (tw_tcp_tx.c): the payload stays in
+ * the caller's buffer until the receiver asks for it (CTS) and says it
+ * landed (DONE). Made by the sender; from the enqueue of its RTS on, on
+ * its peer's list (ep->rs_head), owned by the engine or try-lock holder
+ * of the peer's lane, which completes it exactly once: DONE (TW_OK), a
+ * CTS of length 0 (TW_OK: released), or the peer's failure / the iface's
+ * close (tw_tcp_ep_close: TW_ERR_PEER_FAILED / TW_ERR_CANCELED). */
+struct tw_tcp_rsend {
+    tw_tcp_rsend_t *next;
+    uint64_t cookie; /* set when its RTS is queued */
+    const void *data;
+    size_t len;
+    tw_tl_comp_t *comp;
+    bool asked;     /* a CTS came: its DATA is queued or written */
+    bool data_sent; /* the whole DATA frame is written */
+};
 
 typedef struct tw_tcp_iface tw_tcp_iface_t;
 typedef struct tw_tcp_lane tw_tcp_lane_t;
@@ -75,13 +98,19 @@ typedef struct tw_tcp_addr {
     socklen_t len;
 } tw_tcp_addr_t;
 
-/* A payload announced with recv_rndv; its bytes follow in the stream.
+/* A payload announced with recv_rndv: its bytes follow in the stream (an
+ * AM frame of an inline id), or wait at the sender (an RTS: @p rts).
  * Engine or try-lock holder of @p lane, except where a field says. */
 struct tw_tl_rndv {
     tw_tcp_lane_t *lane;            /* set when announced, read-only after */
     struct tw_tl_rndv *prev, *next; /* the lane's live handles (close frees them) */
     int peer;                       /* set when announced, read-only after */
-    size_t len;                     /* announced; read-only after */
+    bool rts;                       /* set when announced, read-only after */
+    bool engine_only;               /* not an inline id: its completion runs user code */
+    uint64_t cookie;                /* rts: the sender's */
+    struct tw_tl_rndv *next_pull;   /* rts: CTS sent, on ep->pull_head until DATA */
+    struct tw_tcp_frame_out *cts;   /* rts: its CTS, made with it (sending it never fails) */
+    size_t len;                     /* announced (rts: the DATA's length once asked) */
     size_t got;                     /* arrived so far */
     unsigned char *buf;             /* staged here while nobody asked for it */
     void *dst;                      /* then here, once rndv_get came */
@@ -110,6 +139,7 @@ typedef struct tw_tcp_conn {
     unsigned char *in; /* receive buffer */
     size_t in_len, in_cap;
     tw_tl_rndv_t *rx;         /* the payload the stream is in, or NULL */
+    const char *bad;          /* why the stream is bad (static text), for the log line */
     struct tw_tcp_conn *next; /* handshaking connections */
 } tw_tcp_conn_t;
 
@@ -121,7 +151,10 @@ typedef struct tw_tcp_ep {
     tw_tcp_conn_t *accepting; /* the peer's connect, handshake in progress */
     tw_tcp_frame_out_t *head, *tail;
     unsigned queued;
-    bool dirty; /* on the lane's dirty list */
+    tw_tcp_rsend_t *rs_head, *rs_tail;   /* our rendezvous sends announced to it */
+    uint64_t rs_cookie;                  /* the last cookie given on this connection */
+    tw_tl_rndv_t *pull_head, *pull_tail; /* its sends we asked for (CTS), in order */
+    bool dirty;                          /* on the lane's dirty list */
     struct tw_tcp_ep *next_dirty;
     /* addrs .. hs_ns: written by addr_connect (init, before ready), read-only
      * after (reachable reads naddrs from any thread). */
@@ -216,6 +249,8 @@ bool tw_tcp_parse_frames(tw_tcp_conn_t *c);
 void tw_tcp_on_read(evutil_socket_t fd, short what, void *arg);
 void tw_tcp_rndv_abort(tw_tcp_conn_t *c);
 void tw_tcp_rndv_free(tw_tl_rndv_t *h);
+void tw_tcp_pulls_fail(tw_tcp_ep_t *ep, tw_status_t st);
+void tw_tcp_fail_bad(tw_tcp_conn_t *c);
 tw_status_t tw_tcp_rndv_get(tw_tl_iface_t *iface, tw_tl_rndv_t *h, void *dst, size_t len,
                             tw_tl_comp_t *comp);
 
@@ -225,6 +260,12 @@ void tw_tcp_frame_done(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f, tw_status_t s
 void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep);
 void tw_tcp_mark_dirty(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep);
 void tw_tcp_enqueue_ctl(tw_tcp_lane_t *lane, int peer, uint8_t type);
+tw_tcp_frame_out_t *tw_tcp_rndv_ctl_get(tw_tcp_lane_t *lane);
+bool tw_tcp_queue_rndv_ctl(tw_tcp_lane_t *lane, int peer, tw_tcp_frame_out_t *f, uint8_t type,
+                           uint64_t cookie, uint64_t len);
+bool tw_tcp_on_cts(tw_tcp_conn_t *c, uint64_t cookie, uint64_t len);
+bool tw_tcp_on_done(tw_tcp_conn_t *c, uint64_t cookie);
+void tw_tcp_rsends_fail(tw_tcp_ep_t *ep, tw_status_t st);
 void tw_tcp_on_write(evutil_socket_t fd, short what, void *arg);
 tw_status_t tw_tcp_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
                             size_t hdr_len, const void *data, size_t len);

@@ -75,6 +75,10 @@ void tw_tcp_ep_close(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep, tw_status_t st)
     }
     ep->tail = NULL;
     ep->queued = 0;
+    /* No frame points into their buffers any more: the rendezvous sends
+     * and pulls with it complete. */
+    tw_tcp_rsends_fail(ep, st);
+    tw_tcp_pulls_fail(ep, st);
 }
 
 void tw_tcp_fail_peer(tw_tcp_lane_t *lane, int peer, tw_status_t why, const char *what)
@@ -129,10 +133,10 @@ static void tw_tcp_worker_leftovers(tw_tcp_lane_t *lane)
         }
         ep->reparse = false;
         lane->nreparse--;
-        if (ep->conn != NULL && (!tw_tcp_parse_frames(ep->conn) || !tw_tcp_read(ep->conn))) {
-            if (ep->conn != NULL) {
-                tw_tcp_fail_peer(lane, p, TW_ERR_PEER_FAILED, "bad frame");
-            }
+        if (ep->conn != NULL && !tw_tcp_parse_frames(ep->conn)) {
+            tw_tcp_fail_bad(ep->conn);
+        } else if (ep->conn != NULL) {
+            (void)tw_tcp_read(ep->conn); /* false: it is gone, and handled */
         }
     }
 }

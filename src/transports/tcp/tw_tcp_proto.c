@@ -108,7 +108,7 @@ tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, ui
     if (p[0] != TW_TCP_VERSION) {
         return tw_tcp_bad(why, "unsupported frame version");
     }
-    if (p[1] != TW_TCP_FRAME_AM && p[1] != TW_TCP_FRAME_FIN && p[1] != TW_TCP_FRAME_PING) {
+    if (p[1] < TW_TCP_FRAME_AM || p[1] >= TW_TCP_FRAME_NTYPES) {
         return tw_tcp_bad(why, "unknown frame type");
     }
     if (p[3] != 0) {
@@ -119,15 +119,35 @@ tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, ui
     f->flags = p[3];
     f->hdr_len = tw_get32(p + 4);
     f->len = tw_get64(p + 8);
-    if (f->hdr_len > max_hdr) {
+    switch (f->type) {
+    case TW_TCP_FRAME_AM:
+        break;
+    case TW_TCP_FRAME_FIN:
+    case TW_TCP_FRAME_PING:
+        if (f->hdr_len != 0 || f->len != 0 || f->am_id != 0) {
+            return tw_tcp_bad(why, f->type == TW_TCP_FRAME_FIN ? "FIN carries bytes"
+                                                               : "PING carries bytes");
+        }
+        break;
+    case TW_TCP_FRAME_RTS:
+        if (f->hdr_len < TW_TCP_COOKIE_LEN) {
+            return tw_tcp_bad(why, "RTS shorter than its cookie");
+        }
+        break;
+    default: /* CTS, DATA, DONE: a cookie, and a length (not DONE) */
+        if (f->hdr_len != TW_TCP_COOKIE_LEN || f->am_id != 0) {
+            return tw_tcp_bad(why, "rendezvous frame with bytes beside its cookie");
+        }
+        if (f->type == TW_TCP_FRAME_DONE && f->len != 0) {
+            return tw_tcp_bad(why, "DONE carries a length");
+        }
+        break;
+    }
+    if (tw_tcp_frame_am_hdr_len(f) > max_hdr) {
         return tw_tcp_bad(why, "header length above the limit");
     }
     if (f->len > max_len) {
         return tw_tcp_bad(why, "payload length above the limit");
-    }
-    if (f->type != TW_TCP_FRAME_AM && (f->hdr_len != 0 || f->len != 0 || f->am_id != 0)) {
-        return tw_tcp_bad(why,
-                          f->type == TW_TCP_FRAME_FIN ? "FIN carries bytes" : "PING carries bytes");
     }
     *out = *f; /* only on success */
     return TW_OK;

@@ -17,10 +17,23 @@
  * Each side proves it holds the job key over the other's fresh nonce, so
  * the key never travels and a recorded handshake cannot be replayed.
  *
- * Frame header (16 bytes), then hdr_len header bytes, then len payload:
+ * Frame header (16 bytes), then hdr_len header bytes, then -- for AM and
+ * DATA only -- len payload bytes:
  *   version u8 | type u8 | am_id u8 | flags u8 | hdr_len u32 | len u64
  * Types: AM (an active message), FIN (clean close: no failure report),
- * PING (keepalive on an idle connection; carries nothing).
+ * PING (keepalive on an idle connection; carries nothing), and the
+ * sender-side rendezvous of a large message (tw_tcp_tx.c, tw_tcp_rx.c),
+ * whose header bytes start with the sender's cookie (u64, naming the send
+ * among the connection's live ones; never reused on it):
+ *   RTS   sender -> receiver: cookie, then the am header (hdr_len = 8 +
+ *         its length); len = the payload bytes waiting at the sender,
+ *         which do not follow;
+ *   CTS   receiver -> sender: cookie; am_id 0; len = the bytes asked for
+ *         (at most the announced length; 0 releases the send unread);
+ *   DATA  sender -> receiver: cookie; am_id 0; len = the bytes asked for,
+ *         which follow; DATA answers the CTSs in the order they came;
+ *   DONE  receiver -> sender: cookie; am_id 0, len 0: the DATA landed.
+ * Version 2 added RTS, CTS, DATA and DONE.
  *
  * Address blob (what a rank publishes through the launcher, 12 bytes and
  * naddrs entries of 20 + 2 x lanes bytes):
@@ -37,15 +50,17 @@
 #ifndef TW_TCP_PROTO_H
 #define TW_TCP_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "threadwire/threadwire.h"
 
-#define TW_TCP_MAGIC     0x43545754u /* "TWTC" */
-#define TW_TCP_VERSION   1u
-#define TW_TCP_HS_LEN    48u
-#define TW_TCP_FRAME_LEN 16u
+#define TW_TCP_MAGIC      0x43545754u /* "TWTC" */
+#define TW_TCP_VERSION    2u
+#define TW_TCP_HS_LEN     48u
+#define TW_TCP_FRAME_LEN  16u
+#define TW_TCP_COOKIE_LEN 8u /* leads the header bytes of RTS, CTS, DATA, DONE */
 
 #define TW_TCP_ADDR_MAGIC   0x41545754u /* "TWTA" */
 #define TW_TCP_ADDR_VERSION 1u
@@ -64,9 +79,20 @@ _Static_assert(TW_TCP_MAX_ADDRS <= UINT8_MAX && TW_TCP_MAX_LANES <= UINT8_MAX,
                "the counts are u8 on the wire");
 _Static_assert(TW_TCP_ADDR_MAX <= UINT16_MAX, "the runtime carries an address in a u16 length");
 _Static_assert(TW_TCP_HS_LEN == 48 && TW_TCP_FRAME_LEN == 16, "handshake and frame layouts");
+_Static_assert(TW_TCP_COOKIE_LEN == sizeof(uint64_t), "a cookie is one u64");
 
 enum { TW_TCP_HS_HELLO = 1, TW_TCP_HS_WELCOME = 2, TW_TCP_HS_PROVE = 3 };
-enum { TW_TCP_FRAME_AM = 1, TW_TCP_FRAME_FIN = 2, TW_TCP_FRAME_PING = 3 };
+enum {
+    TW_TCP_FRAME_AM = 1,
+    TW_TCP_FRAME_FIN = 2,
+    TW_TCP_FRAME_PING = 3,
+    TW_TCP_FRAME_RTS = 4,
+    TW_TCP_FRAME_CTS = 5,
+    TW_TCP_FRAME_DATA = 6,
+    TW_TCP_FRAME_DONE = 7,
+    TW_TCP_FRAME_NTYPES
+};
+_Static_assert(TW_TCP_FRAME_NTYPES - 1 <= UINT8_MAX, "the type is a u8 on the wire");
 
 typedef struct tw_tcp_hs {
     uint8_t type; /* TW_TCP_HS_* */
@@ -80,7 +106,7 @@ typedef struct tw_tcp_frame {
     uint8_t type; /* TW_TCP_FRAME_* */
     uint8_t am_id;
     uint8_t flags;
-    uint32_t hdr_len;
+    uint32_t hdr_len; /* as on the wire: with the cookie, in a rendezvous frame */
     uint64_t len;
 } tw_tcp_frame_t;
 
@@ -120,10 +146,28 @@ uint64_t tw_tcp_hs_proof(const uint8_t key[16], char role, const uint8_t their_n
 void tw_tcp_frame_pack(const tw_tcp_frame_t *f, uint8_t buf[TW_TCP_FRAME_LEN]);
 
 /** Parse a frame header from @p len bytes. TW_ERR_AGAIN: not all 16 bytes
- * yet; TW_ERR_PROTOCOL: bad version, type or flags, hdr_len above
- * @p max_hdr, len above @p max_len, or a FIN or PING that carries bytes. */
+ * yet; TW_ERR_PROTOCOL: bad version, type or flags, an am header above
+ * @p max_hdr (AM: hdr_len; RTS: hdr_len - 8), len above @p max_len, a FIN
+ * or PING that carries bytes, an RTS shorter than its cookie, a CTS, DATA
+ * or DONE with an am_id or header bytes other than the cookie, or a DONE
+ * with a length. */
 tw_status_t tw_tcp_frame_parse(const void *buf, size_t len, uint32_t max_hdr, uint64_t max_len,
                                tw_tcp_frame_t *f, const char **why);
+
+/** The am header bytes of a parsed frame (AM, RTS; 0 for the others). */
+static inline uint32_t tw_tcp_frame_am_hdr_len(const tw_tcp_frame_t *f)
+{
+    return f->type == TW_TCP_FRAME_AM    ? f->hdr_len
+           : f->type == TW_TCP_FRAME_RTS ? f->hdr_len - TW_TCP_COOKIE_LEN
+                                         : 0;
+}
+
+/** Bytes of a parsed frame after its 16-byte header, in the stream. */
+static inline uint64_t tw_tcp_frame_body_len(const tw_tcp_frame_t *f)
+{
+    bool payload = f->type == TW_TCP_FRAME_AM || f->type == TW_TCP_FRAME_DATA;
+    return (uint64_t)f->hdr_len + (payload ? f->len : 0);
+}
 
 /** Bytes of an address blob with @p lanes lanes and @p naddrs addresses. */
 size_t tw_tcp_addr_blob_len(unsigned lanes, unsigned naddrs);

@@ -11,21 +11,48 @@
  * the engine (ep->reparse), and a failure found there is reported
  * (peer_down) by the engine: user code runs on progress threads only.
  *
- * Rendezvous. A frame of an inline id whose payload is TW_TCP_RNDV_MIN or
- * more is announced to the layer above (recv_rndv) as soon as its header
- * is in; if a receive matches, rndv_get names the user's buffer and the
- * payload is read from the socket straight into it (past a truncating
- * receive's length it is read and dropped). Unmatched, it is staged in a
- * buffer of its own, and a later rndv_get copies out what arrived and
- * takes the rest directly. rndv_get from another thread is applied by the
- * handle's lane (a command). The sender is unchanged: zcopy frames
- * complete once the socket took them.
+ * Rendezvous, sender side (large messages). An am_zcopy of TW_TCP_RNDV
+ * bytes or more arrives as an RTS (tw_tcp_tx.c): the headers, the length
+ * and the sender's cookie; the payload waits at the sender. It is
+ * announced (recv_rndv) with nothing staged: the handle keeps the cookie,
+ * the length, and the CTS frame it will send (made now, so that sending it
+ * cannot fail later) -- a few hundred bytes per announcement, whatever the
+ * message's size; that is all an unmatched large message costs here.
+ * rndv_get(dst, n) sends CTS(cookie, min(n, len)) -- only what fits: a
+ * truncating receive reads nothing it drops -- and queues the handle on
+ * the peer's pull list; n == 0 sends CTS(cookie, 0), which releases the
+ * sender (its send completes TW_OK) and completes the pull at once. The
+ * sender answers CTSs in order with DATA(cookie, n) frames, whose bytes
+ * are read from the socket straight into dst; the last byte sends
+ * DONE(cookie) and completes the pull. A DATA that is not the answer to
+ * the oldest CTS (another cookie, another length) is a bad frame: the
+ * peer fails. The peer's failure completes the pulls waiting on it with
+ * TW_ERR_PEER_FAILED (tw_tcp_ep_close), and a later rndv_get on one of
+ * its handles at once; the iface's close frees handles never asked for
+ * (the peer sees our FIN and its sends complete TW_ERR_PEER_FAILED).
+ *
+ * Rendezvous, receive side (medium messages of inline ids). A frame of an
+ * inline id whose payload is TW_TCP_RNDV_MIN or more (and less than the
+ * sender's TW_TCP_RNDV) is announced as soon as its header is in; if a
+ * receive matches, rndv_get names the user's buffer and the payload is
+ * read from the socket straight into it (past a truncating receive's
+ * length it is read and dropped). Unmatched, it is staged in a buffer of
+ * its own, and a later rndv_get copies out what arrived and takes the rest
+ * directly. Its sender completes once the socket took the frame.
+ *
+ * Either way rndv_get from another thread is applied by the handle's lane
+ * (a command), and a worker that runs the lane leaves the RTS and DATA of
+ * ids that are not inline to the engine (their completion runs user
+ * code). A bad frame fails the peer with one log line naming why
+ * (tw_tcp_fail_bad, c->bad).
  */
 #include <errno.h>
 #include <event2/event.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include "core/tw_bytes.h"
 #include "core/tw_compiler.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
@@ -45,7 +72,36 @@ void tw_tcp_rndv_free(tw_tl_rndv_t *h)
     if (h->buf != NULL) {
         tw_free(h->buf, h->len);
     }
+    if (h->cts != NULL) {
+        tw_tcp_frame_done(h->lane, h->cts, TW_ERR_CANCELED); /* never sent */
+    }
     tw_free(h, sizeof(*h));
+}
+
+/* Complete the pulls waiting on @p ep's DATA with @p st. Thread: engine
+ * or try-lock holder of the peer's lane. */
+void tw_tcp_pulls_fail(tw_tcp_ep_t *ep, tw_status_t st)
+{
+    while (ep->pull_head != NULL) {
+        tw_tl_rndv_t *h = ep->pull_head;
+        tw_tl_comp_t *comp = h->comp;
+        ep->pull_head = h->next_pull;
+        tw_tcp_rndv_free(h);
+        comp->cb(comp, st);
+    }
+    ep->pull_tail = NULL;
+}
+
+/* Fail @p c's peer for the bad frame c->bad names: one log line. Thread:
+ * engine or try-lock holder of @p c's lane. */
+void tw_tcp_fail_bad(tw_tcp_conn_t *c)
+{
+    tw_tcp_iface_t *tcp = c->lane->tcp;
+    char what[128];
+
+    tw_stats_inc(tcp->super.stats, TW_TL_STAT_BAD_FRAMES);
+    snprintf(what, sizeof(what), "bad frame (%s)", c->bad != NULL ? c->bad : "malformed");
+    tw_tcp_fail_peer(c->lane, c->peer, TW_ERR_PEER_FAILED, what);
 }
 
 /* @p n payload bytes of @p h arrived at @p p (NULL: already in place). */
@@ -60,18 +116,29 @@ static void tw_tcp_rndv_sink(tw_tl_rndv_t *h, const unsigned char *p, size_t n)
     h->got += n;
 }
 
-/* The last payload byte of @p h arrived. */
-static void tw_tcp_rndv_done(tw_tcp_conn_t *c)
+/* The last payload byte of @p h arrived. False: the DONE that tells an
+ * RTS's sender cannot be queued (c->bad says so; the peer must fail). */
+static bool tw_tcp_rndv_done(tw_tcp_conn_t *c)
 {
     tw_tl_rndv_t *h = c->rx;
+    bool ok = true;
 
     c->rx = NULL;
     h->done = true;
-    if (h->have_get) {
+    if (h->rts) {
+        tw_tl_comp_t *comp = h->comp;
+        ok = tw_tcp_queue_rndv_ctl(c->lane, c->peer, NULL, TW_TCP_FRAME_DONE, h->cookie, 0);
+        if (!ok) {
+            c->bad = "out of memory for a DONE";
+        }
+        tw_tcp_rndv_free(h);
+        comp->cb(comp, TW_OK); /* the data is in place either way */
+    } else if (h->have_get) {
         tw_tl_comp_t *comp = h->comp;
         tw_tcp_rndv_free(h);
         comp->cb(comp, TW_OK);
     } /* else staged: rndv_get copies it out */
+    return ok;
 }
 
 /* The stream of @p c ended inside a payload. */
@@ -89,6 +156,42 @@ void tw_tcp_rndv_abort(tw_tcp_conn_t *c)
     }
 }
 
+/* rndv_get of an RTS: ask its sender for what fits. */
+static void tw_tcp_rndv_apply_rts(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_comp_t *comp)
+{
+    tw_tcp_lane_t *lane = h->lane;
+    tw_tcp_iface_t *tcp = lane->tcp;
+    tw_tcp_ep_t *ep = &tcp->eps[h->peer];
+    tw_tcp_frame_out_t *cts = h->cts;
+
+    if (ep->failed || tcp->closing) {
+        tw_tcp_rndv_free(h);
+        comp->cb(comp, ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED);
+        return;
+    }
+    h->cts = NULL;
+    (void)tw_tcp_queue_rndv_ctl(lane, h->peer, cts, TW_TCP_FRAME_CTS, h->cookie,
+                                len); /* has a frame */
+    if (len == 0) {
+        tw_tcp_rndv_free(h); /* released: the sender completes too */
+        comp->cb(comp, TW_OK);
+        return;
+    }
+    tw_stats_add(tcp->super.stats, TW_TL_STAT_RX_BYTES, len);
+    h->have_get = true;
+    h->dst = dst;
+    h->dst_len = len;
+    h->len = len; /* what its DATA must carry */
+    h->comp = comp;
+    h->next_pull = NULL;
+    if (ep->pull_tail == NULL) {
+        ep->pull_head = h;
+    } else {
+        ep->pull_tail->next_pull = h;
+    }
+    ep->pull_tail = h;
+}
+
 /* rndv_get on the lane's engine. */
 static void tw_tcp_rndv_apply(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_comp_t *comp)
 {
@@ -96,6 +199,10 @@ static void tw_tcp_rndv_apply(tw_tl_rndv_t *h, void *dst, size_t len, tw_tl_comp
 
     if (len > h->len) {
         len = h->len;
+    }
+    if (h->rts) {
+        tw_tcp_rndv_apply_rts(h, dst, len, comp);
+        return;
     }
     if (h->failed) {
         tw_tcp_rndv_free(h);
@@ -141,7 +248,7 @@ static bool tw_tcp_rndv_begin(tw_tcp_conn_t *c, uint8_t am_id, const unsigned ch
     tw_tl_rndv_t *h = tw_calloc(1, sizeof(*h));
 
     if (h == NULL) {
-        tw_error("tcp", "out of memory for a %zu-byte message from rank %d", len, c->peer);
+        c->bad = "out of memory for its announcement";
         return false;
     }
     h->lane = lane;
@@ -156,13 +263,14 @@ static bool tw_tcp_rndv_begin(tw_tcp_conn_t *c, uint8_t am_id, const unsigned ch
     lane->events++;
     tw_tl_rndv_announce(&tcp->super, c->peer, am_id, hdr, hdr_len, len, h);
     if (!h->have_get && (h->buf = tw_malloc(len)) == NULL) {
-        /* Bounded by TW_TCP_MAX_LEN (the parser checked it). */
-        tw_error("tcp", "out of memory staging a %zu-byte message from rank %d", len, c->peer);
+        /* Bounded by the sender's TW_TCP_RNDV (and TW_TCP_MAX_LEN, which
+         * the parser checked). */
+        c->bad = "out of memory staging its payload";
         return false;
     }
     tw_tcp_rndv_sink(h, data, TW_MIN(avail, len));
     if (h->got == len) {
-        tw_tcp_rndv_done(c);
+        (void)tw_tcp_rndv_done(c); /* not an RTS: nothing to queue */
     }
     return true;
 }
@@ -170,8 +278,11 @@ static bool tw_tcp_rndv_begin(tw_tcp_conn_t *c, uint8_t am_id, const unsigned ch
 /* ---- receiving ------------------------------------------------------------- */
 
 /* What one step of the frame parser did: MORE (parse on), WAIT (stop:
- * the rest needs more bytes, or the engine), BAD (the stream is bad). */
+ * the rest needs more bytes, or the engine), BAD (the stream is bad:
+ * c->bad says why). */
 enum { TW_TCP_PARSE_MORE, TW_TCP_PARSE_WAIT, TW_TCP_PARSE_BAD };
+
+static int tw_tcp_parse_grow(tw_tcp_conn_t *c, size_t total, size_t *off);
 
 /* Payload bytes of the announced message c->rx at c->in + *@p off (past a
  * truncating receive's length they are only counted). */
@@ -187,7 +298,117 @@ static int tw_tcp_parse_payload(tw_tcp_conn_t *c, size_t *off)
     if (c->rx->got < c->rx->len) {
         return TW_TCP_PARSE_WAIT;
     }
-    tw_tcp_rndv_done(c);
+    return tw_tcp_rndv_done(c) ? TW_TCP_PARSE_MORE : TW_TCP_PARSE_BAD;
+}
+
+/* The frame at c->in + *@p off runs user code: a worker running the lane
+ * leaves it, and what follows it, to the engine. */
+static int tw_tcp_parse_hold(tw_tcp_conn_t *c)
+{
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_ep_t *ep = &lane->tcp->eps[c->peer];
+
+    if (!ep->reparse) {
+        ep->reparse = true;
+        lane->nreparse++;
+        tw_pe_wake(lane->pe);
+    }
+    return TW_TCP_PARSE_WAIT;
+}
+
+/* An RTS at c->in + *@p off, all in: announce it, nothing staged. */
+static int tw_tcp_parse_rts(tw_tcp_conn_t *c, const tw_tcp_frame_t *f, size_t *off)
+{
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_iface_t *tcp = lane->tcp;
+    const unsigned char *cookie = c->in + *off + TW_TCP_FRAME_LEN;
+    bool engine_only = f->am_id >= 64 || !(tcp->super.inline_am_ids & (1ull << f->am_id));
+    tw_tl_rndv_t *h;
+
+    if (tcp->super.recv_rndv == NULL) {
+        c->bad = "RTS, but nothing here takes announcements";
+        return TW_TCP_PARSE_BAD;
+    }
+    if (lane->in_worker && engine_only) {
+        return tw_tcp_parse_hold(c);
+    }
+    h = tw_calloc(1, sizeof(*h));
+    if (h == NULL || (h->cts = tw_tcp_rndv_ctl_get(lane)) == NULL) {
+        if (h != NULL) {
+            tw_free(h, sizeof(*h));
+        }
+        c->bad = "out of memory for its announcement";
+        return TW_TCP_PARSE_BAD;
+    }
+    h->lane = lane;
+    h->peer = c->peer;
+    h->rts = true;
+    h->engine_only = engine_only;
+    h->cookie = tw_get64(cookie);
+    h->len = (size_t)f->len;
+    h->next = lane->handles.next;
+    h->prev = &lane->handles;
+    h->next->prev = h;
+    lane->handles.next = h;
+    *off += TW_TCP_FRAME_LEN + f->hdr_len;
+    tw_stats_inc(tcp->super.stats, TW_TL_STAT_RX_MSGS);
+    lane->events++;
+    /* (May pull at once: a CTS is queued, never written, under the parser.) */
+    tw_tl_rndv_announce(&tcp->super, c->peer, f->am_id, cookie + TW_TCP_COOKIE_LEN,
+                        tw_tcp_frame_am_hdr_len(f), (size_t)f->len, h);
+    return TW_TCP_PARSE_MORE;
+}
+
+/* A DATA header at c->in + *@p off: the answer to our oldest CTS to this
+ * peer, whose bytes now go straight to its destination. */
+static int tw_tcp_parse_data(tw_tcp_conn_t *c, const tw_tcp_frame_t *f, size_t *off)
+{
+    tw_tcp_ep_t *ep = &c->lane->tcp->eps[c->peer];
+    tw_tl_rndv_t *h = ep->pull_head;
+
+    if (h == NULL || h->cookie != tw_get64(c->in + *off + TW_TCP_FRAME_LEN)) {
+        c->bad = "DATA for no message we asked for";
+        return TW_TCP_PARSE_BAD;
+    }
+    if (f->len != h->len) {
+        c->bad = "DATA of another length than asked for";
+        return TW_TCP_PARSE_BAD;
+    }
+    if (c->lane->in_worker && h->engine_only) {
+        return tw_tcp_parse_hold(c);
+    }
+    ep->pull_head = h->next_pull;
+    if (ep->pull_head == NULL) {
+        ep->pull_tail = NULL;
+    }
+    *off += TW_TCP_FRAME_LEN + TW_TCP_COOKIE_LEN;
+    c->rx = h; /* the payload: tw_tcp_parse_payload, tw_tcp_read_payload */
+    return TW_TCP_PARSE_MORE;
+}
+
+/* A rendezvous frame (RTS, CTS, DATA, DONE) at c->in + *@p off. */
+static int tw_tcp_parse_rndv_frame(tw_tcp_conn_t *c, const tw_tcp_frame_t *f, size_t *off)
+{
+    size_t head = TW_TCP_FRAME_LEN + f->hdr_len;
+    uint64_t cookie;
+
+    if (c->in_len - *off < head) {
+        return tw_tcp_parse_grow(c, head, off);
+    }
+    switch (f->type) {
+    case TW_TCP_FRAME_RTS:
+        return tw_tcp_parse_rts(c, f, off);
+    case TW_TCP_FRAME_DATA:
+        return tw_tcp_parse_data(c, f, off);
+    default:
+        break;
+    }
+    cookie = tw_get64(c->in + *off + TW_TCP_FRAME_LEN);
+    if (f->type == TW_TCP_FRAME_CTS ? !tw_tcp_on_cts(c, cookie, f->len)
+                                    : !tw_tcp_on_done(c, cookie)) {
+        return TW_TCP_PARSE_BAD;
+    }
+    *off += head;
     return TW_TCP_PARSE_MORE;
 }
 
@@ -220,7 +441,7 @@ static int tw_tcp_parse_grow(tw_tcp_conn_t *c, size_t total, size_t *off)
         /* Bounded: the parser checked both lengths. */
         unsigned char *n = tw_malloc(total);
         if (n == NULL) {
-            tw_error("tcp", "out of memory for a %zu-byte frame from rank %d", total, c->peer);
+            c->bad = "out of memory for it";
             return TW_TCP_PARSE_BAD;
         }
         memcpy(n, c->in + *off, c->in_len - *off);
@@ -247,9 +468,11 @@ static int tw_tcp_parse_frame(tw_tcp_conn_t *c, size_t *off)
     }
     if (tw_tcp_frame_parse(c->in + *off, c->in_len - *off, TW_TCP_MAX_HDR, TW_TCP_MAX_LEN, &f,
                            &why) != TW_OK) {
-        tw_stats_inc(tcp->super.stats, TW_TL_STAT_BAD_FRAMES);
-        tw_error("tcp", "rank %d sent a bad frame (%s): connection closed", c->peer, why);
+        c->bad = why;
         return TW_TCP_PARSE_BAD;
+    }
+    if (f.type >= TW_TCP_FRAME_RTS) {
+        return tw_tcp_parse_rndv_frame(c, &f, off);
     }
     if (f.type != TW_TCP_FRAME_AM) {
         if (f.type == TW_TCP_FRAME_FIN) {
@@ -267,14 +490,7 @@ static int tw_tcp_parse_frame(tw_tcp_conn_t *c, size_t *off)
         return tw_tcp_parse_grow(c, total, off);
     }
     if (lane->in_worker && (f.am_id >= 64 || !(tcp->super.inline_am_ids & (1ull << f.am_id)))) {
-        /* User code runs on the engine: it parses from here on. */
-        tw_tcp_ep_t *ep = &tcp->eps[c->peer];
-        if (!ep->reparse) {
-            ep->reparse = true;
-            lane->nreparse++;
-            tw_pe_wake(lane->pe);
-        }
-        return TW_TCP_PARSE_WAIT;
+        return tw_tcp_parse_hold(c); /* user code runs on the engine */
     }
     tw_stats_inc(tcp->super.stats, TW_TL_STAT_RX_MSGS);
     tw_stats_add(tcp->super.stats, TW_TL_STAT_RX_BYTES, f.len);
@@ -333,9 +549,9 @@ static int tw_tcp_read_payload(tw_tcp_conn_t *c, tw_tl_rndv_t *h)
     c->last_rx = tw_time_ns();
     tw_tcp_rndv_sink(h, NULL, (size_t)n);
     if (h->got == h->len) {
-        tw_tcp_rndv_done(c);
-        if (!tw_tcp_parse_frames(c)) { /* what followed it in the buffer */
-            tw_tcp_fail_peer(c->lane, c->peer, TW_ERR_PEER_FAILED, "bad frame");
+        /* Then what followed it in the buffer. */
+        if (!tw_tcp_rndv_done(c) || !tw_tcp_parse_frames(c)) {
+            tw_tcp_fail_bad(c);
             return TW_TCP_RX_GONE;
         }
     }
@@ -402,7 +618,7 @@ static int tw_tcp_read_buffer(tw_tcp_conn_t *c)
     }
     if (c->state == TW_TCP_CONNECTED && !(lane->in_worker && tcp->eps[c->peer].reparse) &&
         !tw_tcp_parse_frames(c)) {
-        tw_tcp_fail_peer(lane, c->peer, TW_ERR_PEER_FAILED, "bad frame");
+        tw_tcp_fail_bad(c);
         return TW_TCP_RX_GONE;
     }
     /* (Not connected: more handshake bytes to come. A held frame: the

@@ -15,10 +15,23 @@
  * submission lane (tw_tl_submit) and the engine appends it; dirty queues
  * are written once per pass.
  *
- * Left out: a sender-side rendezvous (so a send
- * completes only once received); a pool for frames handed to a busy
- * engine (only the engine or try-lock holder uses a lane's pool, so those
- * frames come from jemalloc's thread cache).
+ * Rendezvous. An am_zcopy of TW_TCP_RNDV or more bytes (when the layer
+ * above takes announcements) sends only an RTS: the headers, the length
+ * and a cookie, given when the RTS is queued (per peer, counting up, so a
+ * cookie is never reused on a connection). The send (tw_tcp_rsend_t)
+ * waits on its peer's list. The receiver's CTS names it and how many
+ * bytes it wants: this side queues a DATA frame of that many bytes from
+ * the caller's buffer, and completes the send when the receiver's DONE
+ * says they landed -- or at once, TW_OK, for a CTS of 0 bytes (released
+ * unread). The peer's failure completes the list with TW_ERR_PEER_FAILED
+ * (the iface's close: TW_ERR_CANCELED), after the frames that point into
+ * the buffers. A CTS or DONE that names no live send, asks for more than
+ * was announced, or comes twice (DONE: before the DATA is all written) is
+ * a bad frame: the peer fails.
+ *
+ * Left out: a pool for frames handed to a busy engine (only the engine or
+ * try-lock holder uses a lane's pool, so those frames come from jemalloc's
+ * thread cache).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -26,6 +39,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "core/tw_bytes.h"
 #include "core/tw_compiler.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
@@ -86,6 +100,9 @@ void tw_tcp_frame_done(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f, tw_status_t s
     if (f->comp != NULL) {
         f->comp->cb(f->comp, st);
     }
+    if (st == TW_OK && f->rs != NULL && f->rs_data) {
+        f->rs->data_sent = true; /* (an RTS's send completes on DONE) */
+    }
     if (f->pooled && lane->npool < TW_TCP_POOL_MAX) {
         f->next = lane->pool;
         lane->pool = f;
@@ -95,22 +112,29 @@ void tw_tcp_frame_done(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f, tw_status_t s
     tw_free(f, f->alloc_len);
 }
 
-/* Fill @p f with an AM frame to @p peer. */
+/* Fill @p f with an AM frame to @p peer, or the RTS of @p rs (its cookie
+ * is written when it is queued). */
 static void tw_tcp_frame_fill(tw_tcp_frame_out_t *f, int peer, uint8_t am_id, const void *hdr,
                               size_t hdr_len, const void *data, size_t len, bool copy,
-                              tw_tl_comp_t *comp)
+                              tw_tl_comp_t *comp, tw_tcp_rsend_t *rs)
 {
-    tw_tcp_frame_t fh = {
-        .type = TW_TCP_FRAME_AM, .am_id = am_id, .hdr_len = (uint32_t)hdr_len, .len = len};
+    size_t pre = rs != NULL ? TW_TCP_COOKIE_LEN : 0;
+    tw_tcp_frame_t fh = {.type = rs != NULL ? TW_TCP_FRAME_RTS : TW_TCP_FRAME_AM,
+                         .am_id = am_id,
+                         .hdr_len = (uint32_t)(pre + hdr_len),
+                         .len = len};
 
-    f->head_len = TW_TCP_FRAME_LEN + hdr_len + (copy ? len : 0);
-    f->zdata = copy ? NULL : data;
-    f->zlen = copy ? 0 : len;
+    copy = copy && rs == NULL;
+    f->head_len = TW_TCP_FRAME_LEN + pre + hdr_len + (copy ? len : 0);
+    f->zdata = copy || rs != NULL ? NULL : data;
+    f->zlen = copy || rs != NULL ? 0 : len;
     f->comp = comp;
     f->peer = peer;
+    f->rs = rs;
+    f->rs_data = false;
     tw_tcp_frame_pack(&fh, f->bytes);
     if (hdr_len > 0) {
-        memcpy(f->bytes + TW_TCP_FRAME_LEN, hdr, hdr_len);
+        memcpy(f->bytes + TW_TCP_FRAME_LEN + pre, hdr, hdr_len);
     }
     if (copy && len > 0) {
         memcpy(f->bytes + TW_TCP_FRAME_LEN + hdr_len, data, len);
@@ -205,15 +229,31 @@ void tw_tcp_on_write(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* Queue @p f to its peer (engine side). */
-static void tw_tcp_enqueue(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f)
+/* A rendezvous send is over: complete it. Thread: engine or try-lock
+ * holder of its peer's lane. */
+static void tw_tcp_rsend_finish(tw_tcp_rsend_t *rs, tw_status_t st)
 {
-    tw_tcp_iface_t *tcp = lane->tcp;
-    tw_tcp_ep_t *ep = &tcp->eps[f->peer];
+    tw_tl_comp_t *comp = rs->comp;
 
-    if (ep->failed || tcp->closing) {
-        tw_tcp_frame_done(lane, f, ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED);
-        return;
+    tw_free(rs, sizeof(*rs));
+    comp->cb(comp, st);
+}
+
+/* Append @p f to its peer's queue, nothing more: the caller writes it (or
+ * marks the peer dirty). The peer is live. An RTS gets its cookie here,
+ * and its send joins the peer's list. */
+static void tw_tcp_append(tw_tcp_ep_t *ep, tw_tcp_frame_out_t *f)
+{
+    if (f->rs != NULL && !f->rs_data) {
+        f->rs->cookie = ++ep->rs_cookie;
+        tw_put64(f->bytes + TW_TCP_FRAME_LEN, f->rs->cookie);
+        f->rs->next = NULL;
+        if (ep->rs_tail == NULL) {
+            ep->rs_head = f->rs;
+        } else {
+            ep->rs_tail->next = f->rs;
+        }
+        ep->rs_tail = f->rs;
     }
     f->next = NULL;
     if (ep->tail == NULL) {
@@ -223,6 +263,36 @@ static void tw_tcp_enqueue(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f)
     }
     ep->tail = f;
     ep->queued++;
+}
+
+/* Every rendezvous send to @p ep completes with @p st (its frames are
+ * gone). Thread: engine or try-lock holder of the peer's lane. */
+void tw_tcp_rsends_fail(tw_tcp_ep_t *ep, tw_status_t st)
+{
+    while (ep->rs_head != NULL) {
+        tw_tcp_rsend_t *rs = ep->rs_head;
+        ep->rs_head = rs->next;
+        tw_tcp_rsend_finish(rs, st);
+    }
+    ep->rs_tail = NULL;
+}
+
+/* Queue @p f to its peer (engine side). */
+static void tw_tcp_enqueue(tw_tcp_lane_t *lane, tw_tcp_frame_out_t *f)
+{
+    tw_tcp_iface_t *tcp = lane->tcp;
+    tw_tcp_ep_t *ep = &tcp->eps[f->peer];
+
+    if (ep->failed || tcp->closing) {
+        tw_status_t st = ep->failed ? TW_ERR_PEER_FAILED : TW_ERR_CANCELED;
+        if (f->rs != NULL && !f->rs_data) {
+            tw_tcp_rsend_finish(f->rs, st); /* never announced */
+            f->rs = NULL;
+        }
+        tw_tcp_frame_done(lane, f, st);
+        return;
+    }
+    tw_tcp_append(ep, f);
     if (ep->conn == NULL) {
         if (ep->pending == NULL && ep->accepting == NULL) {
             tw_tcp_connect(lane, f->peer, 0);
@@ -246,6 +316,15 @@ static void tw_tcp_enqueue_cmd(void *arg, void *data, uint64_t u64)
     tw_tcp_enqueue(lane, data);
 }
 
+/* Header bytes of a frame (see tw_tcp_frame_fill). */
+static size_t tw_tcp_head_len(size_t hdr_len, size_t len, bool copy, const tw_tcp_rsend_t *rs)
+{
+    if (rs != NULL) {
+        return TW_TCP_FRAME_LEN + TW_TCP_COOKIE_LEN + hdr_len;
+    }
+    return TW_TCP_FRAME_LEN + hdr_len + (copy ? len : 0);
+}
+
 /* A worker writes its frame itself when the lane's engine is free, the
  * peer is connected, and no earlier frame waits in the submission lanes
  * (so nothing is overtaken). */
@@ -259,6 +338,7 @@ typedef struct tw_tcp_direct {
     const void *hdr, *data;
     size_t hdr_len, len;
     tw_tl_comp_t *comp;
+    tw_tcp_rsend_t *rs;
 } tw_tcp_direct_t;
 
 static int tw_tcp_direct_fn(void *arg)
@@ -272,13 +352,14 @@ static int tw_tcp_direct_fn(void *arg)
         ep->failed || lane->tcp->closing) {
         return 0;
     }
-    f = tw_tcp_frame_get(lane, TW_TCP_FRAME_LEN + d->hdr_len + (d->copy ? d->len : 0));
+    f = tw_tcp_frame_get(lane, tw_tcp_head_len(d->hdr_len, d->len, d->copy, d->rs));
     d->done = true;
     if (f == NULL) {
         d->st = TW_ERR_NOMEM;
         return 1;
     }
-    tw_tcp_frame_fill(f, d->peer, d->am_id, d->hdr, d->hdr_len, d->data, d->len, d->copy, d->comp);
+    tw_tcp_frame_fill(f, d->peer, d->am_id, d->hdr, d->hdr_len, d->data, d->len, d->copy, d->comp,
+                      d->rs);
     lane->in_worker = true;
     tw_tcp_enqueue(lane, f);
     if (ep->conn != NULL && ep->queued == 1 && tw_time_ns() - ep->conn->last_tx >= TW_TCP_BURST) {
@@ -306,11 +387,147 @@ void tw_tcp_enqueue_ctl(tw_tcp_lane_t *lane, int peer, uint8_t type)
     tw_tcp_enqueue(lane, f);
 }
 
+/* A frame for a rendezvous control frame, or NULL (out of memory).
+ * Thread: engine or try-lock holder of @p lane. */
+tw_tcp_frame_out_t *tw_tcp_rndv_ctl_get(tw_tcp_lane_t *lane)
+{
+    return tw_tcp_frame_get(lane, TW_TCP_FRAME_LEN + TW_TCP_COOKIE_LEN);
+}
+
+/* Queue a rendezvous control frame (CTS, DONE) naming @p cookie, in @p f
+ * (from tw_tcp_rndv_ctl_get) or, when NULL, a frame of its own, for the
+ * end of the pass: it may be called while @p peer's stream is parsed, so
+ * it never writes (a failed write would free the connection under the
+ * parser). False: out of memory (logged; the caller fails the peer, which
+ * would otherwise wait for it forever). Thread: engine or try-lock holder
+ * of @p lane. */
+bool tw_tcp_queue_rndv_ctl(tw_tcp_lane_t *lane, int peer, tw_tcp_frame_out_t *f, uint8_t type,
+                           uint64_t cookie, uint64_t len)
+{
+    tw_tcp_ep_t *ep = &lane->tcp->eps[peer];
+    tw_tcp_frame_t fh = {.type = type, .hdr_len = TW_TCP_COOKIE_LEN, .len = len};
+
+    if (f == NULL) {
+        f = tw_tcp_rndv_ctl_get(lane);
+    }
+    if (ep->failed || lane->tcp->closing) {
+        if (f != NULL) {
+            tw_tcp_frame_done(lane, f, TW_ERR_CANCELED);
+        }
+        return true; /* nobody waits for it any more */
+    }
+    if (f == NULL) {
+        tw_error("tcp", "out of memory for a rendezvous frame to rank %d", peer);
+        return false;
+    }
+    *f = (tw_tcp_frame_out_t){.alloc_len = f->alloc_len,
+                              .pooled = f->pooled,
+                              .head_len = TW_TCP_FRAME_LEN + TW_TCP_COOKIE_LEN,
+                              .peer = peer};
+    tw_tcp_frame_pack(&fh, f->bytes);
+    tw_put64(f->bytes + TW_TCP_FRAME_LEN, cookie);
+    tw_tcp_append(ep, f);
+    tw_tcp_mark_dirty(lane, ep);
+    lane->events++;
+    tw_pe_wake(lane->pe); /* from a command run outside a pass: the pass writes it */
+    return true;
+}
+
+/* The live send to @p ep named @p cookie, or NULL; *@p prev_p: the one
+ * before it on the list. CTSs and DONEs come mostly in announcement
+ * order, so the search ends near the head. */
+static tw_tcp_rsend_t *tw_tcp_rsend_find(tw_tcp_ep_t *ep, uint64_t cookie, tw_tcp_rsend_t **prev_p)
+{
+    tw_tcp_rsend_t *prev = NULL;
+
+    for (tw_tcp_rsend_t *rs = ep->rs_head; rs != NULL; prev = rs, rs = rs->next) {
+        if (rs->cookie == cookie) {
+            *prev_p = prev;
+            return rs;
+        }
+    }
+    return NULL;
+}
+
+static void tw_tcp_rsend_unlink(tw_tcp_ep_t *ep, tw_tcp_rsend_t *rs, tw_tcp_rsend_t *prev)
+{
+    if (prev == NULL) {
+        ep->rs_head = rs->next;
+    } else {
+        prev->next = rs->next;
+    }
+    if (ep->rs_tail == rs) {
+        ep->rs_tail = prev;
+    }
+}
+
+/* The receiver asks for @p len bytes of the send named @p cookie. False:
+ * a bad frame (c->bad says why). Thread: engine or try-lock holder,
+ * parsing @p c. */
+bool tw_tcp_on_cts(tw_tcp_conn_t *c, uint64_t cookie, uint64_t len)
+{
+    tw_tcp_lane_t *lane = c->lane;
+    tw_tcp_ep_t *ep = &lane->tcp->eps[c->peer];
+    tw_tcp_rsend_t *prev, *rs = tw_tcp_rsend_find(ep, cookie, &prev);
+    tw_tcp_frame_out_t *f;
+
+    if (rs == NULL || rs->asked) {
+        c->bad = "CTS for no live message of ours";
+        return false;
+    }
+    if (len > rs->len) {
+        c->bad = "CTS asks for more than was announced";
+        return false;
+    }
+    lane->events++;
+    if (len == 0) {
+        tw_tcp_rsend_unlink(ep, rs, prev);
+        tw_tcp_rsend_finish(rs, TW_OK); /* released unread */
+        return true;
+    }
+    f = tw_tcp_frame_get(lane, TW_TCP_FRAME_LEN + TW_TCP_COOKIE_LEN);
+    if (f == NULL) {
+        c->bad = "out of memory for a DATA frame";
+        return false;
+    }
+    tw_tcp_frame_t fh = {.type = TW_TCP_FRAME_DATA, .hdr_len = TW_TCP_COOKIE_LEN, .len = len};
+    f->head_len = TW_TCP_FRAME_LEN + TW_TCP_COOKIE_LEN;
+    f->zdata = rs->data;
+    f->zlen = len;
+    f->peer = c->peer;
+    f->rs = rs;
+    f->rs_data = true;
+    tw_tcp_frame_pack(&fh, f->bytes);
+    tw_put64(f->bytes + TW_TCP_FRAME_LEN, cookie);
+    rs->asked = true;
+    tw_tcp_append(ep, f);
+    tw_tcp_mark_dirty(lane, ep); /* written at the end of the pass, never under the parser */
+    return true;
+}
+
+/* The receiver has the DATA of the send named @p cookie. False: a bad
+ * frame (c->bad says why). Thread: as tw_tcp_on_cts. */
+bool tw_tcp_on_done(tw_tcp_conn_t *c, uint64_t cookie)
+{
+    tw_tcp_ep_t *ep = &c->lane->tcp->eps[c->peer];
+    tw_tcp_rsend_t *prev, *rs = tw_tcp_rsend_find(ep, cookie, &prev);
+
+    if (rs == NULL || !rs->data_sent) {
+        /* Not all written yet: the receiver cannot have it all. */
+        c->bad = "DONE for no message of ours it was sent";
+        return false;
+    }
+    c->lane->events++;
+    tw_tcp_rsend_unlink(ep, rs, prev);
+    tw_tcp_rsend_finish(rs, TW_OK);
+    return true;
+}
+
 static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, const void *hdr,
                                size_t hdr_len, const void *data, size_t len, bool copy,
-                               tw_tl_comp_t *comp)
+                               tw_tl_comp_t *comp, tw_tcp_rsend_t *rs)
 {
-    size_t head_len = TW_TCP_FRAME_LEN + hdr_len + (copy ? len : 0);
+    size_t head_len = tw_tcp_head_len(hdr_len, len, copy, rs);
     tw_tcp_lane_t *lane;
     tw_tcp_frame_out_t *f;
 
@@ -330,7 +547,8 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
                              .hdr_len = hdr_len,
                              .data = data,
                              .len = len,
-                             .comp = comp};
+                             .comp = comp,
+                             .rs = rs};
         (void)tw_pe_try_call(lane->pe, tw_tcp_direct_fn, &d);
         if (d.done && d.st == TW_OK) {
             tw_stats_inc(tcp->super.stats, TW_TL_STAT_TX_MSGS);
@@ -345,7 +563,7 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
         tw_error("tcp", "cannot allocate a frame of %zu bytes for rank %d", head_len, peer);
         return TW_ERR_NOMEM;
     }
-    tw_tcp_frame_fill(f, peer, am_id, hdr, hdr_len, data, len, copy, comp);
+    tw_tcp_frame_fill(f, peer, am_id, hdr, hdr_len, data, len, copy, comp, rs);
     size_t alloc_len = f->alloc_len;
     atomic_fetch_add_explicit(&lane->cmds, 1, memory_order_relaxed);
     tw_status_t st =
@@ -362,14 +580,33 @@ tw_status_t tw_tcp_am_short(tw_tl_iface_t *iface, int peer, uint8_t am_id, const
     if (hdr_len + len > iface->attr.max_short) {
         return TW_ERR_INVALID;
     }
-    return tw_tcp_post((tw_tcp_iface_t *)iface, peer, am_id, hdr, hdr_len, data, len, true, NULL);
+    return tw_tcp_post((tw_tcp_iface_t *)iface, peer, am_id, hdr, hdr_len, data, len, true, NULL,
+                       NULL);
 }
 
 tw_status_t tw_tcp_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const void *hdr,
                             size_t hdr_len, const void *data, size_t len, tw_tl_comp_t *comp)
 {
+    tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
+    tw_tcp_rsend_t *rs;
+    tw_status_t st;
+
     if (hdr_len > iface->attr.max_hdr || len > iface->attr.max_zcopy || comp == NULL) {
         return TW_ERR_INVALID;
     }
-    return tw_tcp_post((tw_tcp_iface_t *)iface, peer, am_id, hdr, hdr_len, data, len, false, comp);
+    /* (The receiver's layer above is ours: it takes announcements too.) */
+    if (len < tcp->cfg.rndv_thresh || iface->recv_rndv == NULL) {
+        return tw_tcp_post(tcp, peer, am_id, hdr, hdr_len, data, len, false, comp, NULL);
+    }
+    rs = tw_malloc(sizeof(*rs));
+    if (rs == NULL) {
+        tw_error("tcp", "out of memory announcing a %zu-byte message to rank %d", len, peer);
+        return TW_ERR_NOMEM;
+    }
+    *rs = (tw_tcp_rsend_t){.data = data, .len = len, .comp = comp};
+    st = tw_tcp_post(tcp, peer, am_id, hdr, hdr_len, data, len, false, NULL, rs);
+    if (st != TW_OK) {
+        tw_free(rs, sizeof(*rs)); /* never queued: nobody else saw it */
+    }
+    return st;
 }
