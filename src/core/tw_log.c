@@ -8,13 +8,27 @@
  * The level is read on every tw_log() call: a relaxed load, with the
  * environment read once (pthread_once) the first time the level is
  * needed. A negative stored level means "not read yet".
+ *
+ * The test rule (builds with the test hooks, tests/README.md): when
+ * TWTEST_LOG_STRICT=1, each warn and error line, once formatted, is matched
+ * against the POSIX extended regular expressions in TWTEST_EXPECT_LOG, one
+ * per line of the variable (a log line never holds a newline, so no pattern
+ * needs one). A line that none matches is followed by a marker line,
+ * "tw-test: unexpected log line: <the line>", which fails the test in ctest
+ * (FAIL_REGULAR_EXPRESSION), and is counted; a process that counted one
+ * exits 1 where it would exit 0 or 77 (rule_on_exit). The variables are read and the
+ * patterns compiled once (pthread_once); regexec on a compiled pattern is
+ * thread-safe (POSIX), so matching takes no lock.
  */
 #define _GNU_SOURCE
 #include "core/tw_log.h"
 
 #include <pthread.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -155,6 +169,96 @@ static void buf_append(char *buf, size_t cap, size_t *pos, const char *fmt, ...)
     va_end(ap);
 }
 
+#if TW_TESTING
+#define TW_LOG_RULE_MARKER "tw-test: unexpected log line: "
+
+static bool rule_strict;
+static regex_t *rule_patterns;
+static size_t rule_npatterns;
+static atomic_uint_fast64_t rule_unexpected; /* relaxed */
+static pthread_once_t rule_once = PTHREAD_ONCE_INIT;
+
+/* A marker in output that a script captured, or a rank's that twrun's
+ * caller never shows, would go unseen; and exit code 77 reads as "skipped"
+ * in ctest, which then ignores the output. So a process that logged an
+ * unexpected line and exits 0 or 77 exits 1 instead. */
+static void rule_on_exit(int status, void *arg)
+{
+    uint64_t n = atomic_load_explicit(&rule_unexpected, memory_order_relaxed);
+
+    (void)arg;
+    if (n > 0 && (status == 0 || status == 77)) {
+        fprintf(stderr, "tw-test: %llu unexpected log line(s): exit 1, not %d\n",
+                (unsigned long long)n, status);
+        fflush(NULL);
+        _exit(1);
+    }
+}
+
+/* Compiles the patterns of TWTEST_EXPECT_LOG. Writes with fprintf, not
+ * tw_log: a log line from here would wait for this very pthread_once. */
+static void rule_init(void)
+{
+    const char *strict = getenv("TWTEST_LOG_STRICT");
+    const char *env = getenv("TWTEST_EXPECT_LOG");
+    char *list, *save = NULL;
+    size_t max = 1;
+
+    if (strict == NULL || strcmp(strict, "1") != 0) {
+        return;
+    }
+    rule_strict = true;
+    on_exit(rule_on_exit, NULL);
+    if (env == NULL || env[0] == '\0') {
+        return;
+    }
+    for (const char *c = env; *c != '\0'; c++) {
+        max += *c == '\n';
+    }
+    list = strdup(env);
+    rule_patterns = calloc(max, sizeof(*rule_patterns));
+    if (list == NULL || rule_patterns == NULL) {
+        fprintf(stderr, "tw-test: bad TWTEST_EXPECT_LOG pattern: out of memory\n");
+        free(list);
+        return;
+    }
+    /* Empty patterns are skipped: one would match every line. */
+    for (char *p = strtok_r(list, "\n", &save); p != NULL; p = strtok_r(NULL, "\n", &save)) {
+        int rc = regcomp(&rule_patterns[rule_npatterns], p, REG_EXTENDED | REG_NOSUB);
+        if (rc != 0) {
+            char why[128];
+            regerror(rc, &rule_patterns[rule_npatterns], why, sizeof(why));
+            fprintf(stderr, "tw-test: bad TWTEST_EXPECT_LOG pattern '%s': %s\n", p, why);
+            continue;
+        }
+        rule_npatterns++;
+    }
+    free(list);
+}
+
+/* Flags @p line (NUL-terminated, without its newline) when strict and no
+ * pattern matches it. */
+static void rule_check(const char *line)
+{
+    pthread_once(&rule_once, rule_init);
+    if (!rule_strict) {
+        return;
+    }
+    for (size_t i = 0; i < rule_npatterns; i++) {
+        if (regexec(&rule_patterns[i], line, 0, NULL, 0) == 0) {
+            return;
+        }
+    }
+    atomic_fetch_add_explicit(&rule_unexpected, 1, memory_order_relaxed);
+    fprintf(stderr, TW_LOG_RULE_MARKER "%s\n", line);
+}
+
+uint64_t tw_log_test_unexpected(void)
+{
+    return atomic_load_explicit(&rule_unexpected, memory_order_relaxed);
+}
+#endif
+
 static void log_write(tw_log_level_t level, const char *subsys, const char *file, int line,
                       const char *fmt, va_list ap)
 {
@@ -190,6 +294,12 @@ static void log_write(tw_log_level_t level, const char *subsys, const char *file
 
     atomic_fetch_add_explicit(&log_counts[level], 1, memory_order_relaxed);
     fwrite(buf, 1, pos, stderr);
+#if TW_TESTING
+    if (level <= TW_LOG_WARN) {
+        buf[pos - 1] = '\0';
+        rule_check(buf);
+    }
+#endif
 }
 
 void tw_log_emit(tw_log_level_t level, const char *subsys, const char *file, int line,

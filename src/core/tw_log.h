@@ -32,6 +32,11 @@ const char *tw_log_level_name(tw_log_level_t level);
 void tw_log_set_rank(int rank);
 /** Number of messages emitted at @p level since start (tests use it). */
 uint64_t tw_log_count(tw_log_level_t level);
+#if TW_TESTING
+/** Warn and error lines that no TWTEST_EXPECT_LOG pattern matched, with
+ * TWTEST_LOG_STRICT=1 (tests/README.md); 0 when not strict. Thread: any. */
+uint64_t tw_log_test_unexpected(void);
+#endif
 
 void tw_log_emit(tw_log_level_t level, const char *subsys, const char *file, int line,
                  const char *fmt, ...) TW_PRINTF(5, 6);

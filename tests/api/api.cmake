@@ -24,3 +24,24 @@ add_test(NAME ${TW_TEST_PREFIX}tw_perf
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/tw_perf_test.sh $<TARGET_FILE:tw_perf> $<TARGET_FILE:twrun>)
 set_tests_properties(${TW_TEST_PREFIX}tw_perf PROPERTIES
   LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")
+
+# api_basic registers an active-message id twice, and sends to an id
+# nobody registered, on purpose.
+tw_expect_log(api_basic:thread api_basic:manual PATTERNS
+  "msg. error: active-message id [0-9]+ is already registered$"
+  "msg. warn: dropped a message from rank [0-9]+: no handler registered for its active-message id ")
+# api_badargs: every call and every variable in it is wrong on purpose.
+tw_expect_log(api_badargs PATTERNS
+  "init. error: (tw_init: NULL ctx_p|tw_config_t[.](size|progress_threads|wait_mode) )"
+  "init. error: (unknown transport 'carrier-pigeon'|transport 'verbs' in TW_TRANSPORTS is not usable here: |'lossy' in TW_TRANSPORTS is a layer)"
+  "init. error: (TW_MATCH_BUCKETS|TW_PROGRESS_RING)=[0-9]+ is not a power of two$"
+  "init. error: TW_FAULT(=drop=|=explode=|_ON=tpc: |_RANKS=)"
+  "init. error: (OMPI_COMM_WORLD_SIZE=[0-9]+ says this job|TW_SIZE=[0-9]+ but no TW_BOOT_ADDR|bad launcher environment: )"
+  "config. error: bad value '[^']*' for TW_[A-Z_]+: expected "
+  "config. warn: unknown environment variable TW_NO_SUCH_KNOB ignored"
+  "boot. error: rank [0-9]+: cannot reach the launcher at /nonexistent/twrun.sock: "
+  "api. error: tw_[a-z_]+: (NULL |rank -?[0-9]+ is not in the job|buffer |completion queue |header |context )"
+  "cq. error: (tw_cq_destroy: NULL cq|completion queue depth [0-9]+ out of range)")
+# tw_info_test.sh sets an unknown TW_* variable: tw_info must warn.
+tw_expect_log(tw_info PATTERNS
+              "config. warn: unknown environment variable TW_NO_SUCH_KNOB ignored")

@@ -8,3 +8,5 @@ add_test(NAME ${TW_TEST_PREFIX}stats_json_parses
          COMMAND sh -c "$<TARGET_FILE:test_stats_json> | ${PROJECT_SOURCE_DIR}/tests/common/twt_stats.py - \"$@\"" sh ${_q})
 set_tests_properties(${TW_TEST_PREFIX}stats_json_parses PROPERTIES
   LABELS api TIMEOUT 60 ENVIRONMENT "${TW_TEST_ENV}")
+# The refused arguments test_stats_json checks on purpose.
+tw_expect_log(stats_json stats_json_parses PATTERNS "api. error: tw_stats_json: (NULL stream|NULL context)$")

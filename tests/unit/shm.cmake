@@ -7,3 +7,7 @@ tw_add_case_tests(NAME shm_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shm_prot
                   LABELS unit INTERNAL TIMEOUT 30 CASES layout seg cells addr)
 tw_add_test(NAME shm_hostile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shm_hostile.c
             LABELS unit INTERNAL TIMEOUT 60)
+
+# shm_hostile writes lying cells into the rings: the peer is failed.
+tw_expect_log(shm_hostile PATTERNS
+  "shm. error: rank [0-9]+ .pid [0-9]+. failed: (cell length beyond the cell|cell header longer than the cell's bytes|corrupt or unexpected ring cell). its operations complete")

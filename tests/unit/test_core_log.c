@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
-/* Logging: level parsing, filtering, counts, line format, whole lines. */
+/* Logging: level parsing, filtering, counts, line format, whole lines, and
+ * the test rule (an undeclared warn or error line is flagged). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -231,10 +232,13 @@ static int child_bad_level(void)
     return 0;
 }
 
-static void test_env(const char *self)
+/* Runs @p self @p mode in a child whose environment has @p n_env "NAME=value"
+ * pairs set (value NULL: unset); returns its exit code, its stdout and
+ * stderr in @p out. */
+static int run_child(const char *self, const char *mode, const char *const *env, size_t n_env,
+                     char *out, size_t cap)
 {
     int pipefd[2], status;
-    char out[4096];
     size_t len = 0;
     ssize_t n;
     pid_t pid;
@@ -246,26 +250,120 @@ static void test_env(const char *self)
         dup2(pipefd[1], STDOUT_FILENO);
         dup2(pipefd[1], STDERR_FILENO);
         close(pipefd[0]);
-        setenv("TW_LOG_LEVEL", "loud", 1);
-        execl(self, self, "child-bad-level", (char *)NULL);
+        for (size_t i = 0; i + 1 < n_env; i += 2) {
+            if (env[i + 1] != NULL) {
+                setenv(env[i], env[i + 1], 1);
+            } else {
+                unsetenv(env[i]);
+            }
+        }
+        execl(self, self, mode, (char *)NULL);
         _exit(127);
     }
     close(pipefd[1]);
-    while (len < sizeof(out) - 1 && (n = read(pipefd[0], out + len, sizeof(out) - 1 - len)) > 0) {
+    while (len < cap - 1 && (n = read(pipefd[0], out + len, cap - 1 - len)) > 0) {
         len += (size_t)n;
     }
     out[len] = '\0';
     close(pipefd[0]);
     TWT_EQ(waitpid(pid, &status, 0), pid);
-    TWT_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d: %s", status, out);
+    TWT_CHECKF(WIFEXITED(status), "child status %d: %s", status, out);
+    return WEXITSTATUS(status);
+}
+
+static void test_env(const char *self)
+{
+    const char *const env[] = {"TW_LOG_LEVEL", "loud"};
+    char out[4096];
+
+    TWT_EQ(run_child(self, "child-bad-level", env, TWT_ARRAY_SIZE(env), out, sizeof(out)), 0);
     TWT_CHECKF(strstr(out, "] warn: bad value 'loud' for TW_LOG_LEVEL") != NULL, "%s", out);
     TWT_CHECKF(strstr(out, "level=1 warns=1\n") != NULL, "%s", out);
+}
+
+/* ---- the test rule (tests/README.md) ----------------------------------- */
+
+#define RULE_MARKER "tw-test: unexpected log line: "
+
+/* Logs two declared lines, one undeclared warning, one undeclared error
+ * and an info line (never checked); reports its count, then leaves as
+ * @p how says: "exit0", "exit77", or "_exit0" (no exit handlers, as a
+ * process killed or leaving by _exit). */
+static int child_rule(const char *how)
+{
+    tw_log_set_level(TW_LOG_INFO);
+    tw_warn("rule", "peer %d declared gone", 3);
+    tw_error("rule", "declared too: device %s", "mlx5_0");
+    tw_warn("rule", "a surprise on peer %d", 4);
+    tw_error("rule", "an unexpected error");
+    tw_info("rule", "info lines are not checked");
+    printf("unexpected=%llu\n", (unsigned long long)tw_log_test_unexpected());
+    fflush(NULL);
+    if (strcmp(how, "_exit0") == 0) {
+        _exit(0);
+    }
+    return strcmp(how, "exit77") == 0 ? 77 : 0;
+}
+
+static size_t count_str(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = strstr(text, what); p != NULL; p = strstr(p + 1, what)) {
+        n++;
+    }
+    return n;
+}
+
+static void test_rule(const char *self)
+{
+    const char *const strict[] = {"TWTEST_LOG_STRICT", "1", "TWTEST_EXPECT_LOG",
+                                  "peer [0-9]+ declared gone\n\ndeclared too: device mlx5_"};
+    const char *const lax[] = {"TWTEST_LOG_STRICT", NULL, "TWTEST_EXPECT_LOG", NULL};
+    const char *const bad[] = {"TWTEST_LOG_STRICT", "1", "TWTEST_EXPECT_LOG", "(unclosed"};
+    char out[8192];
+
+    /* Strict: exactly the two undeclared lines are flagged, right after
+     * themselves, and exit 0 becomes 1. */
+    TWT_EQ(run_child(self, "child-rule-exit0", strict, TWT_ARRAY_SIZE(strict), out, sizeof(out)),
+           1);
+    TWT_CHECKF(count_str(out, RULE_MARKER) == 2, "%s", out);
+    TWT_CHECKF(strstr(out, "] warn: a surprise on peer 4\n" RULE_MARKER "[tw ") != NULL, "%s", out);
+    TWT_CHECKF(strstr(out, "] error: an unexpected error\n" RULE_MARKER "[tw ") != NULL, "%s", out);
+    TWT_CHECKF(strstr(out, "declared gone\n" RULE_MARKER) == NULL, "%s", out);
+    TWT_CHECKF(strstr(out, "unexpected=2\n") != NULL, "%s", out);
+    TWT_CHECKF(strstr(out, "tw-test: 2 unexpected log line(s): exit 1, not 0\n") != NULL, "%s",
+               out);
+
+    /* A skip (77) after an unexpected line fails too: ctest would report
+     * a skip and never look for the marker. */
+    TWT_EQ(run_child(self, "child-rule-exit77", strict, TWT_ARRAY_SIZE(strict), out, sizeof(out)),
+           1);
+    TWT_CHECKF(count_str(out, RULE_MARKER) == 2, "%s", out);
+
+    /* Leaving by _exit: the markers remain, for ctest to see. */
+    TWT_EQ(run_child(self, "child-rule-_exit0", strict, TWT_ARRAY_SIZE(strict), out, sizeof(out)),
+           0);
+    TWT_CHECKF(count_str(out, RULE_MARKER) == 2, "%s", out);
+
+    /* Not strict: nothing flagged, nothing counted, exit codes kept. */
+    TWT_EQ(run_child(self, "child-rule-exit77", lax, TWT_ARRAY_SIZE(lax), out, sizeof(out)), 77);
+    TWT_CHECKF(strstr(out, "tw-test:") == NULL && strstr(out, "unexpected=0\n") != NULL, "%s", out);
+
+    /* A pattern that does not compile is reported; every line is then
+     * unexpected. */
+    TWT_EQ(run_child(self, "child-rule-_exit0", bad, TWT_ARRAY_SIZE(bad), out, sizeof(out)), 0);
+    TWT_CHECKF(strstr(out, "tw-test: bad TWTEST_EXPECT_LOG pattern '(unclosed'") != NULL, "%s",
+               out);
+    TWT_CHECKF(count_str(out, RULE_MARKER) == 4, "%s", out);
 }
 
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "child-bad-level") == 0) {
         return child_bad_level();
+    }
+    if (argc > 1 && strncmp(argv[1], "child-rule-", 11) == 0) {
+        return child_rule(argv[1] + 11);
     }
     /* The environment is read at first use: this setting must win. */
     setenv("TW_LOG_LEVEL", "Error", 1);
@@ -278,5 +376,6 @@ int main(int argc, char **argv)
     test_truncation();
     test_threads();
     test_env("/proc/self/exe");
+    test_rule("/proc/self/exe");
     return 0;
 }

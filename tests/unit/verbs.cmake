@@ -11,3 +11,10 @@ if(TW_HAVE_VERBS)
   tw_add_test(NAME verbs_async SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_verbs_async.c
               LABELS unit INTERNAL TIMEOUT 60)
 endif()
+
+if(TW_HAVE_VERBS)
+  # Watching an fd twice, unwatching one never watched, a hung-up pipe.
+  tw_expect_log(verbs_async PATTERNS
+    "verbs. error: async thread: fd [0-9]+ is (watched already|not watched)$"
+    "verbs. warn: async thread: fd [0-9]+ hung up: no longer polled$")
+endif()
