@@ -105,6 +105,13 @@ restart:;
              * its timeout runs from now. */
             s->stamp_early = false;
             s->due_ns = now + s->rto_ns;
+        } else if (s->due_ns <= now && p->left) {
+            /* It said goodbye: it has finalized, and acks for what it got
+             * before have had a timeout to arrive. Nothing sent again
+             * would be received -- over tcp a dial it refuses: what is
+             * left fails, quietly (a departure, reported already). */
+            tw_rel_peer_fail(rel, p, peer, "it left", todo);
+            return UINT64_MAX;
         } else if (s->due_ns <= now) {
             /* Never to ourselves: that path is in-process, only ever
              * slow (our own engine starved), and failing it would fail

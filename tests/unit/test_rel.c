@@ -33,6 +33,9 @@
  *                   closes one of two paths cleanly: what it had not
  *                   acknowledged fails at once, quietly -- no failover,
  *                   nothing on the other path, no warning or error;
+ *   left_then_due   (regression) a peer said goodbye with our messages
+ *                   unacknowledged: when due they fail, quietly, and
+ *                   nothing is sent again;
  *   reenter         an arrival while the deliverer hands a message up:
  *                   queued, handed up after it;
  *   wrap            sequence numbers start 40 below 2^32, 5 % of frames
@@ -80,6 +83,7 @@ static const twt_case_t cases[] = {
     {"crc_long", case_crc_long},
     {"far_stale", case_far_stale},
     {"left_then_closed", case_left_then_closed},
+    {"left_then_due", case_left_then_due},
     {"reenter", case_reenter},
     {"wrap", case_wrap},
     {"corrupt", case_corrupt},

@@ -450,6 +450,40 @@ void case_left_then_closed(void)
     case_end();
 }
 
+/* Regression (api_inject_n2_rel in CI, rel under faults: a dial the
+ * departed rank refused, logged as an error): a peer said goodbye with
+ * our messages unacknowledged; when their retransmission comes due they
+ * fail, quietly, and nothing goes out again on any path. */
+void case_left_then_due(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+    uint64_t errors0 = tw_log_count(TW_LOG_ERROR), warns0 = tw_log_count(TW_LOG_WARN);
+
+    case_begin("a peer that said goodbye: what it did not acknowledge fails when due, unsent");
+    rig_open(&cfg, 2);
+    rig.wire.on_deliver = drop_rank0_data;
+    for (int i = 0; i < 4; i++) {
+        TWT_CHECK(send_msg(0, 20000) == TW_OK);
+    }
+    TWT_CHECK(pump(5, NULL));
+    inject_goodbye((uint32_t)cfg.seq_start);
+    TWT_CHECK(pump(100, rank0_heard_goodbye));
+    uint64_t sent0 = carried(0) + carried(1), resent = rel_stat(0, TW_REL_STAT_RETRANSMITS);
+    TWT_CHECK(pump(500, NULL)); /* several retransmission timeouts */
+    TWT_EQ(carried(0) + carried(1), sent0);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_RETRANSMITS), resent);
+    for (int i = 0; i < 4; i++) {
+        TWT_EQ(rig.sreqs[0][i].done, 1);
+        TWT_EQ(rig.sreqs[0][i].status, TW_ERR_PEER_FAILED);
+    }
+    TWT_EQ(rel_stat(0, TW_REL_STAT_PEER_FAILURES), 0u);
+    TWT_EQ(rig.sides[0].downs, 1);
+    TWT_EQ(tw_log_count(TW_LOG_ERROR), errors0);
+    TWT_EQ(tw_log_count(TW_LOG_WARN), warns0);
+    rig.wire.on_deliver = NULL;
+    case_end();
+}
+
 /* ---- an arrival while the deliverer hands one up ---------------------- */
 
 /* Hold rank 0's first two data frames. */
