@@ -13,7 +13,7 @@ pkgs=(
   libck-dev libevent-dev libjemalloc-dev libhwloc-dev
   libbenchmark-dev
   libibverbs-dev libpmix-dev
-  util-linux procps nftables iproute2
+  util-linux procps nftables iproute2 python3
   # tests/vm (tw-vm.sh): QEMU, and what goes into the VM besides the kernel
   qemu-system-x86 busybox-static ibverbs-providers ibverbs-utils xz-utils
 )
