@@ -69,7 +69,7 @@ static pthread_key_t index_key;
 static bool index_key_ok; /* written once inside index_once */
 
 /* index + 1 of this thread; 0 = not assigned yet. */
-static TW_TLS unsigned tls_index_plus1;
+TW_TLS unsigned tw_tls_index_plus1; /* read inline by tw_thread_index() */
 /* Kernel tid of this thread; 0 = not read yet. */
 static TW_TLS int tls_tid;
 
@@ -87,7 +87,7 @@ static void index_key_destructor(void *value)
 {
     /* Another key's destructor may still ask for an index after this one
      * ran: forget it so that such a call takes (and registers) a new one. */
-    tls_index_plus1 = 0;
+    tw_tls_index_plus1 = 0;
     index_release((unsigned)((uintptr_t)value - 1u));
 }
 
@@ -106,8 +106,8 @@ static void atfork_child(void) TW_RELEASE(index_lock)
 {
     /* Only the forking thread survives: keep its index, free the rest. */
     memset(index_map, 0, sizeof(index_map));
-    if (tls_index_plus1 != 0 && tls_index_plus1 - 1u < TW_THREAD_INDEX_DENSE) {
-        unsigned idx = tls_index_plus1 - 1u;
+    if (tw_tls_index_plus1 != 0 && tw_tls_index_plus1 - 1u < TW_THREAD_INDEX_DENSE) {
+        unsigned idx = tw_tls_index_plus1 - 1u;
         index_map[idx / 64u] |= 1ull << (idx % 64u);
     }
     tls_tid = 0;
@@ -149,15 +149,11 @@ static unsigned index_assign(void)
     return idx;
 }
 
-unsigned tw_thread_index(void)
+unsigned tw_thread_index_assign(void)
 {
-    unsigned v = tls_index_plus1;
+    unsigned v = index_assign() + 1u;
 
-    if (TW_LIKELY(v != 0)) {
-        return v - 1u;
-    }
-    v = index_assign() + 1u;
-    tls_index_plus1 = v;
+    tw_tls_index_plus1 = v;
     return v - 1u;
 }
 
@@ -210,4 +206,21 @@ bool tw_spin_slot_get(void)
 void tw_spin_slot_put(void)
 {
     atomic_fetch_sub_explicit(&spin_slots_used, 1, memory_order_relaxed);
+}
+
+/* One waiter per process may spin without a slot while it drives the
+ * transports itself (tw_cq_wait, adaptive). */
+static atomic_int spin_driver_taken;
+
+bool tw_spin_driver_get(void)
+{
+    int expected = 0;
+
+    return atomic_compare_exchange_strong_explicit(&spin_driver_taken, &expected, 1,
+                                                   memory_order_relaxed, memory_order_relaxed);
+}
+
+void tw_spin_driver_put(void)
+{
+    atomic_store_explicit(&spin_driver_taken, 0, memory_order_relaxed);
 }

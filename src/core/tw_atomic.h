@@ -90,7 +90,16 @@ static inline void tw_spinlock_unlock(tw_spinlock_t *l) TW_RELEASE(l) TW_NO_TSA
  * reused). Used for per-thread counter slots and as the sending-thread id.
  * Thread: any.
  */
-unsigned tw_thread_index(void);
+extern TW_TLS unsigned tw_tls_index_plus1; /* index + 1; 0: not assigned yet */
+unsigned tw_thread_index_assign(void);        /* the first call's slow path */
+
+static inline unsigned tw_thread_index(void)
+{
+    unsigned v = tw_tls_index_plus1;
+
+    /* Inline: it is on every message's path (counter slots, lanes). */
+    return TW_LIKELY(v != 0) ? v - 1u : tw_thread_index_assign();
+}
 
 /**
  * Spin slots: a thread about to busy-wait (adaptive waiting) takes one; when
@@ -100,6 +109,12 @@ unsigned tw_thread_index(void);
  */
 bool tw_spin_slot_get(void);
 void tw_spin_slot_put(void);
+
+/** The driving spinner: one waiter per process without a spin slot that
+ * drives the transports itself while it waits (tw_cq_wait, adaptive) may
+ * spin; get is false while another holds it. Thread: any. */
+bool tw_spin_driver_get(void);
+void tw_spin_driver_put(void);
 
 /** Kernel thread id of the caller (for logs). Thread: any. */
 int tw_gettid(void);

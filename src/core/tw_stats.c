@@ -23,11 +23,8 @@
 #define TW_STATS_PER_LINE (TW_CACHELINE / sizeof(atomic_uint_fast64_t))
 
 struct tw_stats {
-    atomic_uint_fast64_t *values; /* [TW_STATS_SLOTS][stride], cache-line aligned */
-    const tw_stat_desc_t *descs;
+    tw_stats_hot_t hot; /* first: what tw_stats_add reads (tw_stats.h) */
     char *name;
-    unsigned count;
-    unsigned stride; /* counters per slot row, rounded up to whole lines */
     size_t values_size;
     uint64_t (*source)(void *arg, unsigned id); /* counters kept elsewhere, or NULL */
     void *source_arg;
@@ -56,17 +53,17 @@ tw_stats_t *tw_stats_create(const char *name, const tw_stat_desc_t *descs, unsig
     if (stride == 0) {
         stride = TW_STATS_PER_LINE;
     }
-    s->values_size = (size_t)TW_STATS_SLOTS * stride * sizeof(*s->values);
-    s->values = tw_malloc_aligned(TW_CACHELINE, s->values_size);
-    if (s->values == NULL) {
+    s->values_size = (size_t)TW_STATS_SLOTS * stride * sizeof(*s->hot.values);
+    s->hot.values = tw_malloc_aligned(TW_CACHELINE, s->values_size);
+    if (s->hot.values == NULL) {
         goto err_free_name;
     }
     for (size_t i = 0; i < (size_t)TW_STATS_SLOTS * stride; i++) {
-        atomic_init(&s->values[i], 0);
+        atomic_init(&s->hot.values[i], 0);
     }
-    s->descs = descs;
-    s->count = count;
-    s->stride = stride;
+    s->hot.descs = descs;
+    s->hot.count = count;
+    s->hot.stride = stride;
     return s;
 
 err_free_name:
@@ -82,38 +79,18 @@ void tw_stats_destroy(tw_stats_t *s)
     if (s == NULL) {
         return;
     }
-    tw_free_aligned(s->values, TW_CACHELINE, s->values_size);
+    tw_free_aligned(s->hot.values, TW_CACHELINE, s->values_size);
     tw_free(s->name, strlen(s->name) + 1);
     tw_free(s, sizeof(*s));
 }
 
-void tw_stats_add(tw_stats_t *s, unsigned id, uint64_t v)
-{
-    unsigned idx = tw_thread_index();
-    atomic_uint_fast64_t *a;
-
-    tw_assert(id < s->count && s->descs[id].kind == TW_STAT_COUNTER);
-    if (TW_UNLIKELY(id >= s->count)) {
-        return;
-    }
-    if (TW_LIKELY(idx < TW_STATS_SLOTS - 1)) {
-        /* This thread's own slot: nobody else writes it. */
-        a = &s->values[(size_t)idx * s->stride + id];
-        atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
-                              memory_order_relaxed);
-        return;
-    }
-    a = &s->values[(size_t)(TW_STATS_SLOTS - 1) * s->stride + id];
-    atomic_fetch_add_explicit(a, v, memory_order_relaxed);
-}
-
 void tw_stats_hwm(tw_stats_t *s, unsigned id, uint64_t v)
 {
-    tw_assert(id < s->count && s->descs[id].kind == TW_STAT_HWM);
-    if (TW_UNLIKELY(id >= s->count)) {
+    tw_assert(id < s->hot.count && s->hot.descs[id].kind == TW_STAT_HWM);
+    if (TW_UNLIKELY(id >= s->hot.count)) {
         return;
     }
-    atomic_uint_fast64_t *a = &s->values[id];
+    atomic_uint_fast64_t *a = &s->hot.values[id];
     uint_fast64_t cur = atomic_load_explicit(a, memory_order_relaxed);
     while (v > cur && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
                                                              memory_order_relaxed)) {
@@ -124,15 +101,15 @@ uint64_t tw_stats_read(const tw_stats_t *s, unsigned id)
 {
     uint64_t sum = 0;
 
-    if (id >= s->count) {
+    if (id >= s->hot.count) {
         return 0;
     }
-    if (s->descs[id].kind == TW_STAT_HWM) {
-        return atomic_load_explicit(&s->values[id], memory_order_relaxed);
+    if (s->hot.descs[id].kind == TW_STAT_HWM) {
+        return atomic_load_explicit(&s->hot.values[id], memory_order_relaxed);
     }
     for (unsigned slot = 0; slot < TW_STATS_SLOTS; slot++) {
         sum +=
-            atomic_load_explicit(&s->values[(size_t)slot * s->stride + id], memory_order_relaxed);
+            atomic_load_explicit(&s->hot.values[(size_t)slot * s->hot.stride + id], memory_order_relaxed);
     }
     if (s->source != NULL) {
         sum += s->source(s->source_arg, id);
@@ -154,8 +131,8 @@ const char *tw_stats_name(const tw_stats_t *s)
 void tw_stats_print_group(const tw_stats_t *s, FILE *out)
 {
     fprintf(out, "%s:", s->name);
-    for (unsigned i = 0; i < s->count; i++) {
-        fprintf(out, " %s=%llu", s->descs[i].name, (unsigned long long)tw_stats_read(s, i));
+    for (unsigned i = 0; i < s->hot.count; i++) {
+        fprintf(out, " %s=%llu", s->hot.descs[i].name, (unsigned long long)tw_stats_read(s, i));
     }
     fputc('\n', out);
 }
@@ -178,9 +155,9 @@ void tw_stats_json_string(const char *str, FILE *out)
 void tw_stats_json_group(const tw_stats_t *s, FILE *out)
 {
     fputc('{', out);
-    for (unsigned i = 0; i < s->count; i++) {
+    for (unsigned i = 0; i < s->hot.count; i++) {
         fputs(i > 0 ? "," : "", out);
-        tw_stats_json_string(s->descs[i].name, out);
+        tw_stats_json_string(s->hot.descs[i].name, out);
         fprintf(out, ":%llu", (unsigned long long)tw_stats_read(s, i));
     }
     fputc('}', out);
