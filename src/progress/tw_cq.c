@@ -672,19 +672,25 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
         return tw_cq_wait_spin(cq, out, max, deadline);
     case TW_WAIT_ADAPTIVE: {
         /* Spin while a CPU is free for the producer (spin slots), or
-         * while the waiter can drive the transports itself (poll_fn, with
-         * progress threads): it then is much of its own producer, and its
-         * spin yields the CPU every TW_CQ_POLL_YIELD_EVERY empty turns, so
-         * a progress thread sharing the CPU still runs. Otherwise spinning
-         * would steal the very CPU it waits for. */
+         * as the process's one driving spinner: a waiter that drives the
+         * transports itself (poll_fn, with progress threads) is much of
+         * its own producer, and its spin yields the CPU every
+         * TW_CQ_POLL_YIELD_EVERY empty turns, so a progress thread sharing
+         * the CPU still runs. More than one such spinner per process
+         * only takes the CPU from the engine doing the transports' work
+         * (docs/decisions/cq-poll-drives.md): the others sleep. */
         bool slot = tw_spin_slot_get();
-        if (slot || cq->poll_fn != NULL) {
+        bool driver = !slot && cq->poll_fn != NULL && tw_spin_driver_get();
+        if (slot || driver) {
             uint64_t now = tw_time_ns();
             uint64_t until =
                 deadline > now && deadline - now > cq->spin_ns ? now + cq->spin_ns : deadline;
             n = tw_cq_wait_spin(cq, out, max, until);
             if (slot) {
                 tw_spin_slot_put();
+            }
+            if (driver) {
+                tw_spin_driver_put();
             }
             if (n > 0 || until == deadline) {
                 return n;
