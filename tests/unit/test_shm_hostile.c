@@ -186,11 +186,13 @@ static uint64_t peer_publish(rig_t *r, uint8_t type, uint8_t am_id, uint16_t hdr
     c->am_id = am_id;
     c->hdr_len = hdr_len;
     c->len = len;
-    c->a0 = a0;
-    c->a1 = a1;
-    c->a2 = a2;
+    if (type != TW_SHM_EAGER) {
+        c->a0 = a0;
+        c->a1 = a1;
+        c->a2 = a2;
+    }
     TWT_CHECK(n <= TW_SHM_CELL_DATA);
-    memcpy(c->data, bytes, n);
+    memcpy(tw_shm_cell_bytes(c, type), bytes, n);
     atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
     return pos;
 }

@@ -37,8 +37,13 @@
  *                   field, between publish and free.
  * A producer killed mid-copy leaves a cell that only looks unpublished.
  *
- * Cells (lengths count bytes of data[]; a0..a2 by type):
- *   EAGER  hdr_len header bytes, then the payload (len - hdr_len);
+ * Cells (lengths count the cell's bytes, tw_shm_cell_bytes(); a0..a2 by
+ * type):
+ *   EAGER  hdr_len header bytes, then the payload (len - hdr_len); its
+ *          bytes start right after `len`, at TW_SHM_EAGER_OFF, where the
+ *          other types have a0..a2: a small message (a 32-byte message
+ *          header and up to 16 bytes) then fills one cache line, the
+ *          one the sequence word already moves, instead of two;
  *   RTS    header only (len == hdr_len); a0 the sender's address, a1 the
  *          message length (<= TW_SHM_MAX_MSG), a2 the send id;
  *   CTS    no bytes; a0 bytes wanted, a1 the receive id, a2 the send id;
@@ -68,11 +73,12 @@
 
 #define TW_SHM_MAGIC      0x314d485357547774ull /* "twTWSHM1" */
 #define TW_SHM_ADDR_MAGIC 0x41535754u           /* "TWSA" */
-#define TW_SHM_VERSION    2u
+#define TW_SHM_VERSION    3u
 #define TW_SHM_HDR_SIZE   4096u
 #define TW_SHM_CELL_HDR   64u
 #define TW_SHM_CELL_SIZE  (TW_SHM_CELL_HDR + 8192u + 256u)
-#define TW_SHM_CELL_DATA  (TW_SHM_CELL_SIZE - TW_SHM_CELL_HDR)
+#define TW_SHM_CELL_DATA  (TW_SHM_CELL_SIZE - TW_SHM_CELL_HDR) /* bytes a cell holds, any type */
+#define TW_SHM_EAGER_OFF  16u /* where an EAGER cell's bytes start */
 #define TW_SHM_CELLS_MIN  4u           /* cells per ring: a power of two in [MIN, MAX] */
 #define TW_SHM_CELLS_MAX  4096u        /* (bounds the segment size: no overflow) */
 #define TW_SHM_MAX_MSG    (1ull << 40) /* largest rendezvous accepted */
@@ -112,9 +118,9 @@ typedef struct tw_shm_cell {
     uint8_t am_id;
     uint16_t hdr_len;
     uint32_t len; /* bytes of data[] used */
-    uint64_t a0, a1, a2;
+    uint64_t a0, a1, a2;  /* not in EAGER cells: their bytes start here */
     uint64_t reserved[3]; /* neither written nor read */
-    unsigned char data[];
+    unsigned char data[]; /* bytes of the other types */
 } tw_shm_cell_t;
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
@@ -124,6 +130,9 @@ _Static_assert(offsetof(tw_shm_cell_t, type) == 8 && offsetof(tw_shm_cell_t, len
                    offsetof(tw_shm_cell_t, a0) == 16 && offsetof(tw_shm_cell_t, a2) == 32,
                "cell fields");
 _Static_assert(TW_SHM_CELL_SIZE % 64 == 0, "cells are cache-line aligned");
+_Static_assert(offsetof(tw_shm_cell_t, len) + 4 == TW_SHM_EAGER_OFF &&
+                   TW_SHM_EAGER_OFF + TW_SHM_CELL_DATA <= TW_SHM_CELL_SIZE,
+               "EAGER bytes follow len and fit the cell");
 _Static_assert(sizeof(tw_shm_ring_hdr_t) == 128 && offsetof(tw_shm_ring_hdr_t, want_wake) == 64,
                "tail and want_wake on cache lines of their own");
 _Static_assert(offsetof(tw_shm_seg_hdr_t, version) == 8 &&
@@ -188,14 +197,20 @@ tw_status_t tw_shm_seg_check(const void *base, size_t size, const tw_shm_seg_id_
 
 /* ---- cells ---------------------------------------------------------- */
 
+/* Where the bytes of a cell of @p type start (TW_SHM_CELL_DATA of room). */
+static inline unsigned char *tw_shm_cell_bytes(tw_shm_cell_t *c, uint8_t type)
+{
+    return type == TW_SHM_EAGER ? (unsigned char *)c + TW_SHM_EAGER_OFF : c->data;
+}
+
 /* A published cell as read once: the producer may still scribble on it. */
 typedef struct tw_shm_cell_view {
     uint8_t type; /* TW_SHM_EAGER .. TW_SHM_DATA */
     uint8_t am_id;
     uint32_t hdr_len; /* <= len */
     uint32_t len;     /* <= TW_SHM_CELL_DATA */
-    uint64_t a0, a1, a2;
-    const unsigned char *data; /* the cell's data[]: len bytes */
+    uint64_t a0, a1, a2;       /* zero in an EAGER cell */
+    const unsigned char *data; /* the cell's bytes (tw_shm_cell_bytes): len */
 } tw_shm_cell_view_t;
 
 static inline tw_status_t tw_shm_proto_bad(const char **why, const char *reason)
@@ -217,14 +232,17 @@ static inline tw_status_t tw_shm_cell_parse(const tw_shm_cell_t *c, tw_shm_cell_
     tw_shm_cell_view_t v = {.type = c->type,
                             .am_id = c->am_id,
                             .hdr_len = c->hdr_len,
-                            .len = c->len,
-                            .a0 = c->a0,
-                            .a1 = c->a1,
-                            .a2 = c->a2,
-                            .data = c->data};
+                            .len = c->len};
 
     if (v.type == 0 || v.type >= TW_SHM_TYPE_MAX) {
         return tw_shm_proto_bad(why, "unknown cell type");
+    }
+    /* Read once: v.type, not the cell's byte, picks the layout. */
+    v.data = tw_shm_cell_bytes((tw_shm_cell_t *)c, v.type);
+    if (v.type != TW_SHM_EAGER) {
+        v.a0 = c->a0;
+        v.a1 = c->a1;
+        v.a2 = c->a2;
     }
     if (v.len > TW_SHM_CELL_DATA) {
         return tw_shm_proto_bad(why, "cell length beyond the cell");

@@ -104,14 +104,17 @@ static tw_status_t tw_shm_post(tw_shm_iface_t *shm, tw_shm_peer_t *p, uint8_t ty
     c->am_id = am_id;
     c->hdr_len = (uint16_t)hdr_len;
     c->len = (uint32_t)(hdr_len + len);
-    c->a0 = a0;
-    c->a1 = a1;
-    c->a2 = a2;
+    if (type != TW_SHM_EAGER) {
+        c->a0 = a0;
+        c->a1 = a1;
+        c->a2 = a2;
+    }
+    unsigned char *bytes = tw_shm_cell_bytes(c, type);
     if (hdr_len > 0) {
-        memcpy(c->data, hdr, hdr_len);
+        memcpy(bytes, hdr, hdr_len);
     }
     if (len > 0) {
-        memcpy(c->data + hdr_len, data, len);
+        memcpy(bytes + hdr_len, data, len);
     }
     tw_shm_publish(shm, p, c, pos);
     return TW_OK;
