@@ -26,7 +26,9 @@
 #        For real hardware: figures from an emulated device (Soft-RoCE
 #        under TCG) mean nothing.
 # The poll-loop rows (tw_perf -l poll | compute:US) wait the way applications
-# do, spinning on tw_cq_poll; a base build without -l shows "-" there.
+# do, spinning on tw_cq_poll; a base build without -l shows "-" there. The
+# inject rows send with tw_send_inject (no completion per send), as
+# ucx_perftest's tag_bw sends (a small send completes in place, no request).
 # Needs ucx-utils for the UCX column, openmpi-bin and libopenmpi-dev for the
 # Open MPI one (tcp); a missing peer shows "-". About 15 s (shm) and
 # 1.5 min (tcp) at REPS=5 on 2 cores.
@@ -83,7 +85,9 @@ case $transport in
       "lat|8 B latency, us (poll loop, 4 thr)|-x lat -s 8 -l poll -t 4 -n 20000"
       "lat|8 B latency, us (poll + 1 us compute)|-x lat -s 8 -l compute:1 -n 20000"
       "rate|8 B rate, M msg/s (manual, spin)|-x rate -s 8 -p 0 -m spin"
+      "rate|8 B rate, M msg/s (manual, spin, inject)|-x rate -s 8 -p 0 -m spin --inject"
       "rate|8 B rate, M msg/s (progress thread)|-x rate -s 8"
+      "rate|8 B rate, M msg/s (progress thread, inject)|-x rate -s 8 --inject"
       "rate|8 B rate, M msg/s (progress thread, 4 thr)|-x rate -s 8 -t 4"
       "rate|8 B rate, M msg/s (poll loop, 4 thr)|-x rate -s 8 -t 4 -l poll"
       "bw|1 MiB bandwidth, MB/s (manual, spin)|-x bw -s 1m -p 0 -m spin"
@@ -104,6 +108,7 @@ case $transport in
       "lat|8 B latency, us (progress thread, adaptive)|-x lat -s 8 -n 20000"
       "lat|8 B latency, us (progress thread, poll loop)|-x lat -s 8 -l poll -n 20000"
       "rate|8 B rate, M msg/s (manual, spin)|-x rate -s 8 -p 0 -m spin"
+      "rate|8 B rate, M msg/s (manual, spin, inject)|-x rate -s 8 -p 0 -m spin --inject"
       "rate|8 B rate, M msg/s (progress thread, spin)|-x rate -s 8 -m spin"
       "rate|8 B rate, M msg/s (progress thread)|-x rate -s 8"
       "rate|8 B rate, M msg/s (progress thread, 4 thr)|-x rate -s 8 -t 4"
