@@ -26,9 +26,10 @@
 #        For real hardware: figures from an emulated device (Soft-RoCE
 #        under TCG) mean nothing.
 # The poll-loop rows (tw_perf -l poll | compute:US) wait the way applications
-# do, spinning on tw_cq_poll; a base build without -l shows "-" there. The
-# inject rows send with tw_send_inject (no completion per send), as
-# ucx_perftest's tag_bw sends (a small send completes in place, no request).
+# do, spinning on tw_cq_poll; a base build without an option a row uses
+# (-l, --inject) shows "-" there. The inject rows send with tw_send_inject
+# (no completion per send), as ucx_perftest's tag_bw sends (a small send
+# completes in place, no request).
 # Needs ucx-utils for the UCX column, openmpi-bin and libopenmpi-dev for the
 # Open MPI one (tcp); a missing peer shows "-". About 15 s (shm) and
 # 1.5 min (tcp) at REPS=5 on 2 cores.
@@ -209,7 +210,8 @@ tw() {
     rate) awk -F, '{print $13}' <<<"$row" ;;
     bw | put_bw | get_bw) awk -F, '{print $12}' <<<"$row" ;;
   esac
-  [ -n "$row" ] || fail "${tw_env[*]:+${tw_env[*]} }twrun -n 2 tw_perf $* ($b)"
+  [ -n "$row" ] || grep -q 'unknown option' "$log" ||
+    fail "${tw_env[*]:+${tw_env[*]} }twrun -n 2 tw_perf $* ($b)"
 }
 
 # Which peers can run here.
@@ -239,7 +241,7 @@ has_args() { # PEER KIND
   esac
 }
 
-declare -A r
+declare -A r base_lacks
 for _ in $(seq "$reps"); do
   for p in "${peers[@]}"; do
     [ -n "${have[$p]:-}" ] || continue
@@ -252,9 +254,11 @@ for _ in $(seq "$reps"); do
     IFS='|' read -r kind _ opts <<<"${rows[$i]}"
     # shellcheck disable=SC2086
     r[tw.$i]+="$(tw "$build" "$kind" $opts) "
-    if [ -n "$base" ]; then
+    if [ -n "$base" ] && [ -z "${base_lacks[$i]:-}" ]; then
       # shellcheck disable=SC2086
       r[base.$i]+="$(tw "$base" "$kind" $opts) "
+      # An option the base build's tw_perf does not have: "-" from now on.
+      ! grep -q 'unknown option' "$log" || base_lacks[$i]=1
     fi
   done
 done
