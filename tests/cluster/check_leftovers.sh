@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# An emulated cluster leaves nothing behind on the host: after a job under
+# each launcher, and after the driver itself is killed mid-job (SIGTERM
+# while the ranks still run), there is
+#   - no process left from the scenario (none in its namespaces, none with
+#     its scratch directory in its command line or environment),
+#   - no namespace of it still alive (no process in it, no nsfs mount),
+#   - no bridge or veth on the host, no new entry in `ip netns list`,
+#   - nothing in the TMPDIR it was given, no new PMIx/Open MPI/Slurm files
+#     in /tmp or /dev/shm.
+#   check_leftovers.sh RUN_CLUSTER PROBE
+set -uo pipefail
+run=$1 probe=$2
+fail() { echo "FAIL: $*"; exit 1; }
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/twcluster-check.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+mkdir "$scratch/tmp"
+record=$scratch/record
+
+host_state() {
+  ip netns list 2>/dev/null | sort
+  ip -o link show | awk -F': ' '{ print $2 }' | grep -E '^(twbr0|veth-n[0-9]+)' || true
+  ls -d /tmp/spmix_* /tmp/ompi.* /tmp/pmix* /dev/shm/*pmix* /dev/shm/vader* \
+    /dev/shm/*ompi* 2>/dev/null | sort || true
+}
+
+# Everything that still refers to the scenarios recorded so far.
+check_clean() {
+  local what=$1 ids dirs p id bad=0
+  ids=$(awk '$1 == "ns" { print $2 }' "$record")
+  dirs=$(awk '$1 == "dir" { print $2 }' "$record")
+  [ -n "$ids" ] && [ -n "$dirs" ] || fail "$what: the driver recorded no scenario"
+  # Processes still in one of its namespaces, or naming its directory.
+  for p in $(find /proc/[0-9]*/ns -maxdepth 1 -type l -printf '%p=%l\n' 2>/dev/null |
+    grep -F "$ids"); do
+    echo "$what: $p: still a namespace of the scenario"
+    bad=1
+  done
+  # (the patterns from a file: grep's own command line must not match)
+  echo "$dirs" >"$scratch/dirs"
+  for p in $(grep -lsF -f "$scratch/dirs" /proc/[0-9]*/cmdline /proc/[0-9]*/environ); do
+    p=${p#/proc/}
+    p=${p%%/*}
+    [ -e "/proc/$p" ] || continue
+    echo "$what: process $p ($(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)) refers to its directory"
+    bad=1
+  done
+  for id in $ids; do
+    if grep -qF -- "$id" /proc/[0-9]*/mountinfo 2>/dev/null; then
+      echo "$what: $id is still mounted somewhere"
+      bad=1
+    fi
+  done
+  for id in $dirs; do
+    [ ! -e "$id" ] || { echo "$what: $id is still there"; bad=1; }
+  done
+  [ -z "$(ls -A "$scratch/tmp")" ] || { echo "$what: left in TMPDIR: $(ls -A "$scratch/tmp")"; bad=1; }
+  [ "$(host_state)" = "$before" ] ||
+    { echo "$what: the host changed:"; diff <(echo "$before") <(host_state); bad=1; }
+  [ $bad -eq 0 ] || fail "$what left something behind"
+  echo "ok: $what: nothing left behind"
+}
+
+before=$(host_state)
+export TWCLUSTER_RECORD=$record
+
+for l in mpirun srun; do
+  out=$(TMPDIR=$scratch/tmp "$run" --launcher $l --nodes 2 --np 2 -- "$probe" 2>&1)
+  rc=$?
+  [ $rc -ne 77 ] || { echo "$out"; echo "skipped: $l is not available"; exit 77; }
+  [ $rc -eq 0 ] || { echo "$out"; fail "the $l job failed ($rc)"; }
+  check_clean "a job under $l"
+done
+
+# Killed mid-job: SIGTERM to the driver while the ranks sleep.
+: >"$record"
+TMPDIR=$scratch/tmp "$run" --launcher srun --nodes 2 --np 2 -- sleep 60 &
+driver=$!
+for t in $(seq 100); do
+  grep -q '^ns ' "$record" && [ -n "$(ls -A "$scratch"/tmp/twcluster.*/nodes/n2/tmp 2>/dev/null)" ] &&
+    break
+  sleep 0.1
+done
+grep -q '^ns ' "$record" || fail "the killed job's cluster never came up"
+sleep 1
+kill -TERM $driver
+wait $driver
+rc=$?
+[ $rc -ne 0 ] || fail "the killed driver exited 0"
+check_clean "a driver killed mid-job (exit $rc)"
