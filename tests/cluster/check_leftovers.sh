@@ -11,7 +11,7 @@
 #   - none of its namespaces mounted in the host's mount namespace,
 #   - no bridge or veth on the host, no new entry in `ip netns list`,
 #   - nothing in the TMPDIR it was given, no new PMIx/Open MPI/Slurm files
-#     in /tmp or /dev/shm.
+#     of its hosts (head, nK) in /tmp or /dev/shm.
 #   check_leftovers.sh RUN_CLUSTER PROBE
 set -uo pipefail
 run=$1 probe=$2
@@ -24,8 +24,10 @@ record=$scratch/record
 host_state() {
   ip netns list 2>/dev/null | sort
   ip -o link show | awk -F': ' '{ print $2 }' | grep -E '^(twbr0|veth-n[0-9]+)' || true
-  ls -d /tmp/spmix_* /tmp/ompi.* /tmp/pmix* /dev/shm/*pmix* /dev/shm/vader* \
-    /dev/shm/*ompi* 2>/dev/null | sort || true
+  # Open MPI and PMIx name their files after the host: ours are head, nK
+  # (other jobs on the host are none of our business).
+  ls -d /tmp/spmix_* /tmp/ompi.head.* /tmp/ompi.n[0-9]* /tmp/pmix*.head.* /tmp/pmix*.n[0-9]* \
+    /dev/shm/*.head.* /dev/shm/*.n[0-9]*.* 2>/dev/null | sort || true
 }
 
 # Everything that still refers to the scenarios recorded so far.
