@@ -44,8 +44,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define PROBE_KEY     "tw.cluster.probe"
-#define PROBE_TIMEOUT 30 /* seconds, for the fences and the TCP check */
+#define PROBE_KEY "tw.cluster.probe"
+/* Seconds. A rank whose own checks failed skips the TCP ring: its
+ * neighbour then waits PROBE_TCP_TIMEOUT, well inside run-cluster.sh's
+ * default 45 s for the whole job. */
+#define PROBE_FENCE_TIMEOUT 30
+#define PROBE_TCP_TIMEOUT   10
 
 typedef struct probe_peer {
     char host[256];
@@ -118,7 +122,7 @@ static pmix_status_t probe_fence(probe_t *p)
 {
     pmix_info_t info[2];
     bool collect = true;
-    int timeout = PROBE_TIMEOUT;
+    int timeout = PROBE_FENCE_TIMEOUT;
     pmix_status_t rc;
 
     PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
@@ -214,7 +218,7 @@ static void probe_tcp_ring(probe_t *p)
     uint32_t prev = (p->me.rank + p->nprocs - 1) % p->nprocs;
     struct sockaddr_in to = {.sin_family = AF_INET}, from;
     socklen_t len = sizeof(from);
-    struct timeval tv = {.tv_sec = PROBE_TIMEOUT};
+    struct timeval tv = {.tv_sec = PROBE_TCP_TIMEOUT};
     struct pollfd pfd = {.fd = p->lfd, .events = POLLIN};
     uint32_t word = htonl(p->me.rank), got = 0;
     char from_ip[INET_ADDRSTRLEN] = "?";
@@ -229,9 +233,9 @@ static void probe_tcp_ring(probe_t *p)
         probe_fail(p, "tcp to rank %u at %s:%u: %s", next, p->peers[next].ip, p->peers[next].port,
                    strerror(errno));
     }
-    if (poll(&pfd, 1, PROBE_TIMEOUT * 1000) != 1 ||
+    if (poll(&pfd, 1, PROBE_TCP_TIMEOUT * 1000) != 1 ||
         (afd = accept(p->lfd, (struct sockaddr *)&from, &len)) < 0) {
-        probe_fail(p, "no tcp connection from rank %u within %d s", prev, PROBE_TIMEOUT);
+        probe_fail(p, "no tcp connection from rank %u within %d s", prev, PROBE_TCP_TIMEOUT);
     } else {
         inet_ntop(AF_INET, &from.sin_addr, from_ip, sizeof(from_ip));
         if (setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
