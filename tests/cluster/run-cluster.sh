@@ -7,7 +7,7 @@
 #
 #   run-cluster.sh --launcher mpirun|srun|none --nodes N --np P
 #                  [--env VAR=VAL]... [--timeout S] [--cut NODE@S[+D]]...
-#                  -- prog args...
+#                  [--keep-going] -- prog args...
 #
 # The whole scenario runs in private mount, network, UTS and PID namespaces
 # (unshare), so the host's network is never touched, parallel runs cannot
@@ -36,6 +36,12 @@
 #   --timeout S    stop the launcher after S seconds (default 45): exit 124.
 #   --cut NODE@S[+D]  cut NODE's link S seconds after the launch, restore it
 #                  D seconds later (cluster-link.sh), while the job runs.
+#   --keep-going   a rank that dies does not end the job: the survivors
+#                  run on (mpirun --mca orte_enable_recovery 1; srun
+#                  --kill-on-bad-exit=0). Both launchers otherwise kill
+#                  every rank once one dies. The exit status is then the
+#                  launcher's: mpirun says 0 after a recovered death, srun
+#                  the dead rank's status.
 # The program sees TWCLUSTER_NODES ("n1 n2 ..."), TWCLUSTER_SUBNET,
 # TWCLUSTER_LINK (cluster-link.sh) and TWCLUSTER_DIR (scratch, shared).
 # Exit 77 with a reason when root, unshare, ip, nft, namespaces or the
@@ -52,11 +58,11 @@ skip() { echo "run-cluster: skipped: $*" >&2; exit 77; }
 log() { echo "run-cluster: $*" >&2; }
 
 usage() {
-  sed -n '8,10p' "$me" | sed 's/^# //' >&2
+  sed -n '8,11p' "$me" | sed 's/^# //' >&2
   exit 2
 }
 
-launcher="" nodes=2 np="" timeout=45 envs=() cuts=() prog=()
+launcher="" nodes=2 np="" timeout=45 envs=() cuts=() prog=() keep_going=0
 parse_args() {
   while [ $# -gt 0 ]; do
     case $1 in
@@ -66,6 +72,7 @@ parse_args() {
       --env) envs+=("${2:-}"); shift 2 ;;
       --timeout) timeout=${2:-}; shift 2 ;;
       --cut) cuts+=("${2:-}"); shift 2 ;;
+      --keep-going) keep_going=1; shift ;;
       --) shift; prog=("$@"); break ;;
       *) usage ;;
     esac
@@ -259,6 +266,7 @@ mpirun_cmd() {
   local i x=()
   for i in $(seq 1 "$nodes"); do echo "n$i slots=$(slots_of "$i")"; done >"$work/hostfile"
   for i in "${fwd_vars[@]}"; do x+=(-x "$i"); done
+  [ "$keep_going" = 0 ] || x+=(--mca orte_enable_recovery 1)
   launch=(mpirun --allow-run-as-root --bind-to none
     --hostfile "$work/hostfile" --mca plm_rsh_agent "$here/cluster-agent.sh"
     --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include "$SUBNET"
@@ -360,7 +368,8 @@ slurm_up() {
 }
 
 srun_cmd() {
-  launch=(srun --mpi=pmix -N "$nodes" -n "$np" --export=ALL --kill-on-bad-exit=1 "${prog[@]}")
+  launch=(srun --mpi=pmix -N "$nodes" -n "$np" --export=ALL
+    --kill-on-bad-exit=$((1 - keep_going)) "${prog[@]}")
 }
 
 inside() {
