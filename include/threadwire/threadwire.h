@@ -449,7 +449,8 @@ TW_API tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn
 /* ---- introspection --------------------------------------------------- */
 
 /**
- * Print counters per transport and per progress thread: messages, bytes,
+ * Print the job's node map (how many nodes, which ranks on each) and
+ * counters per transport and per progress thread: messages, bytes,
  * unexpected messages, CQ high-water marks, wake-ups.
  * @return TW_OK; TW_ERR_INVALID (bad ctx or NULL out).
  * Thread: any (counters are read without stopping traffic).
@@ -461,13 +462,17 @@ TW_API tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out);
  * a newline), for scripts and tools to read instead of parsing text:
  *
  *     {"threadwire_stats":1,"rank":0,"size":2,"progress":"thread",
+ *      "bootstrap":"twrun","node":0,"nnodes":1,"nodes":[[0,1]],
  *      "engines":[{"name":"...","tid":123,"cpus":"0-3","counters":{...}}],
  *      "ifaces":{"tl:shm":{"tx_msgs":12,...},"lossy:shm":{...},"rel":{...}},
  *      "msg":{...},"rma":{...},"cq":{...}}
  *
  * "threadwire_stats" is the format's version (1); "progress" is "thread"
- * or "manual"; "ifaces" holds every iface of the stack that counts, by the
- * name of its counters: transports as "tl:<name>", wrappers by their own
+ * or "manual"; "bootstrap" how the job was joined ("twrun", "pmix",
+ * "single"); "node" this rank's node, "nnodes" the job's node count and
+ * "nodes" the ranks of each node (node ids 0 .. nnodes-1 in order of
+ * their first rank; shm carries traffic within a node only); "ifaces" holds every iface of the
+ * stack that counts, by the name of its counters: transports as "tl:<name>", wrappers by their own
  * ("rel", "lossy:<inner>"). Every counter is a non-negative integer.
  * Strings are escaped, so the output is valid JSON whatever they hold.
  * @return TW_OK; TW_ERR_INVALID (bad ctx or NULL out).

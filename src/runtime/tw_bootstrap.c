@@ -294,7 +294,11 @@ void tw_bootstrap_node_text(const tw_bootstrap_t *bs, char *buf, size_t len)
     size_t n = (size_t)snprintf(buf, len, "%d node%s:", bs->nnodes, bs->nnodes == 1 ? "" : "s");
 
     for (int node = 0; node < bs->nnodes && n < len; node++) {
-        const char *sep = " ranks ";
+        int count = 0;
+        for (int r = 0; r < bs->size; r++) {
+            count += bs->node_of[r] == node;
+        }
+        const char *sep = count > 1 ? " ranks " : " rank ";
         n += (size_t)snprintf(buf + n, len - n, "%s node %d:", node > 0 ? ";" : "", node);
         for (int r = 0; r < bs->size && n < len; r++) {
             int last = r;
