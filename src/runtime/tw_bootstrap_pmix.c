@@ -5,9 +5,12 @@
  * 4's embedded server) or srun --mpi=pmix. Built only with PMIx
  * (TW_WITH_PMIX); chosen only when PMIX_NAMESPACE and PMIX_RANK are set.
  *
- *   put      one small value per round: PMIx_Put(PMIX_GLOBAL, "tw.blob.<round>")
- *            and PMIx_Commit. A key per round, so a round's put never
- *            replaces a value a slower rank has yet to read;
+ *   put      one small value per round: PMIx_Put(PMIX_GLOBAL, "tw.blob.<n>")
+ *            and PMIx_Commit, n counting the process's puts over every
+ *            context (each rank makes the same ones in the same order:
+ *            tw_init is collective). A key is never put twice: a put never
+ *            replaces a value a slower rank has yet to read, and a later
+ *            context never meets an earlier one's value;
  *   fence    PMIx_Fence over the namespace with PMIX_COLLECT_DATA (under
  *            Slurm a fence without it is not a barrier, and a Get without
  *            a fence before it races) and PMIX_TIMEOUT (TW_BOOT_TIMEOUT);
@@ -31,11 +34,13 @@
 #include <errno.h>
 #include <pmix.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/tw_lock.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "runtime/tw_bootstrap.h"
@@ -43,8 +48,9 @@
 typedef struct tw_bootstrap_pmix {
     tw_bootstrap_t super;
     pmix_proc_t me;
-    unsigned round; /* puts so far: the key of the next */
-    int pidfd;      /* the parent's, or -1 */
+    unsigned last_put; /* the key of this context's last put */
+    bool have_put;
+    int pidfd; /* the parent's, or -1 */
     pid_t ppid;
     size_t evhdlr; /* registered event handler */
     bool have_evhdlr;
@@ -141,6 +147,18 @@ static void tw_pmix_watch(tw_bootstrap_pmix_t *p)
     }
 }
 
+/*
+ * One PMIx job per process. Contexts that live at once share the client
+ * (PMIx_Init counts its callers); once the last one finalized, PMIx_Init
+ * again connects, but mpirun's server no longer counts the process in
+ * its fences (they fail with PARTIAL_SUCCESS, or values go missing): so a
+ * tw_init after that is refused, as MPI_Init after MPI_Finalize is.
+ * Guarded by tw_pmix_lock (held across PMIx_Init / PMIx_Finalize).
+ */
+static tw_mutex_t tw_pmix_lock = TW_MUTEX_INITIALIZER(TW_LOCK_RANK_PMIX, "PMIx client");
+static int tw_pmix_users;
+static bool tw_pmix_left;
+
 static void tw_pmix_close(tw_bootstrap_t *bs)
 {
     tw_bootstrap_pmix_t *p = tw_pmix(bs);
@@ -152,7 +170,10 @@ static void tw_pmix_close(tw_bootstrap_t *bs)
     if (p->pidfd >= 0) {
         close(p->pidfd);
     }
+    tw_mutex_lock(&tw_pmix_lock);
     rc = PMIx_Finalize(NULL, 0);
+    tw_pmix_left = --tw_pmix_users == 0;
+    tw_mutex_unlock(&tw_pmix_lock);
     if (rc != PMIX_SUCCESS) {
         tw_warn("boot", "PMIx_Finalize failed: %s", PMIx_Error_string(rc));
     }
@@ -164,12 +185,23 @@ static tw_status_t tw_pmix_open(const tw_bootstrap_env_t *env, tw_bootstrap_t **
     tw_bootstrap_pmix_t *p = tw_calloc(1, sizeof(*p));
     pmix_status_t rc;
     long size = 0;
+    bool left;
 
     if (p == NULL) {
         return TW_ERR_NOMEM;
     }
     p->pidfd = -1;
-    rc = PMIx_Init(&p->me, NULL, 0);
+    tw_mutex_lock(&tw_pmix_lock);
+    left = tw_pmix_left;
+    rc = left ? PMIX_ERR_INIT : PMIx_Init(&p->me, NULL, 0);
+    tw_pmix_users += rc == PMIX_SUCCESS;
+    tw_mutex_unlock(&tw_pmix_lock);
+    if (left) {
+        tw_error("boot", "this process left its PMIx job when its last context was finalized: "
+                         "a PMIx job is joined once per process (keep one context alive)");
+        tw_free(p, sizeof(*p));
+        return TW_ERR_BOOTSTRAP;
+    }
     if (rc != PMIX_SUCCESS) {
         tw_error("boot",
                  "PMIx_Init failed (%s) though PMIX_NAMESPACE=%s is set: the launcher's PMIx "
@@ -191,9 +223,12 @@ static tw_status_t tw_pmix_open(const tw_bootstrap_env_t *env, tw_bootstrap_t **
     return TW_OK;
 }
 
-static void tw_pmix_key(char *key, size_t len, unsigned round)
+/* Puts of this process so far, over every context: the next key. */
+static atomic_uint tw_pmix_puts;
+
+static void tw_pmix_key(char *key, size_t len, unsigned n)
 {
-    snprintf(key, len, "tw.blob.%u", round);
+    snprintf(key, len, "tw.blob.%u", n);
 }
 
 static tw_status_t tw_pmix_put(tw_bootstrap_t *bs, const void *blob, size_t len)
@@ -201,9 +236,10 @@ static tw_status_t tw_pmix_put(tw_bootstrap_t *bs, const void *blob, size_t len)
     tw_bootstrap_pmix_t *p = tw_pmix(bs);
     pmix_value_t v;
     char key[PMIX_MAX_KEYLEN + 1];
+    unsigned n = atomic_fetch_add_explicit(&tw_pmix_puts, 1, memory_order_relaxed);
     pmix_status_t rc;
 
-    tw_pmix_key(key, sizeof(key), p->round);
+    tw_pmix_key(key, sizeof(key), n);
     PMIX_VALUE_CONSTRUCT(&v);
     v.type = PMIX_BYTE_OBJECT;
     v.data.bo.bytes = (char *)blob; /* PMIx_Put copies it */
@@ -217,7 +253,8 @@ static tw_status_t tw_pmix_put(tw_bootstrap_t *bs, const void *blob, size_t len)
                  PMIx_Error_string(rc));
         return TW_ERR_BOOTSTRAP;
     }
-    p->round++;
+    p->last_put = n;
+    p->have_put = true;
     return TW_OK;
 }
 
@@ -256,10 +293,10 @@ static tw_status_t tw_pmix_get(tw_bootstrap_t *bs, int rank, void *buf, size_t *
     tw_status_t st = TW_OK;
     pmix_status_t rc;
 
-    if (rank < 0 || rank >= bs->size || p->round == 0) {
+    if (rank < 0 || rank >= bs->size || !p->have_put) {
         return TW_ERR_INVALID;
     }
-    tw_pmix_key(key, sizeof(key), p->round - 1);
+    tw_pmix_key(key, sizeof(key), p->last_put);
     PMIX_LOAD_PROCID(&proc, p->me.nspace, (pmix_rank_t)rank);
     PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &secs, PMIX_INT);
     rc = PMIx_Get(&proc, key, &info, 1, &v);

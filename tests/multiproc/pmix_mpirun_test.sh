@@ -8,13 +8,15 @@
 #      shm carries the traffic (tw_stats_json through twt_stats.py);
 #   2. the same with -x TW_NODE_ID=0,0,1,1: two nodes, tcp across them;
 #   3. tw_info --job: rank 0 prints the node map;
-#   4. mpirun SIGKILLed under 2 ranks past tw_init: both exit within 1.5 s
+#   4. test_pmix_once: two contexts at once, then tw_init after the last
+#      tw_finalize refused (one PMIx job per process);
+#   5. mpirun SIGKILLed under 2 ranks past tw_init: both exit within 1.5 s
 #      and say why (the lifeline: a pidfd on the parent, the PMIx server).
 # Exits 77 (skipped, with the reason) without mpirun, without PMIx in this
 # build, or with an mpirun that gives its ranks no PMIx.
-#   pmix_mpirun_test.sh TW_INFO TEST_ALLTOALL TW_MP_RANK
+#   pmix_mpirun_test.sh TW_INFO TEST_ALLTOALL TW_MP_RANK TEST_PMIX_ONCE
 set -eu
-info=$1 prog=$2 rank=$3
+info=$1 prog=$2 rank=$3 once=$4
 stats="$(dirname "$0")/../common/twt_stats.py"
 . "$(dirname "$0")/mp_lib.sh"
 skip() {
@@ -51,7 +53,12 @@ grep -qx "job: 3 rank(s), bootstrap pmix; 1 node: node 0: ranks 0-2" <<<"$out" |
   { echo "$out"; fail "tw_info --job under mpirun"; }
 echo "ok: tw_info --job under mpirun"
 
-# ---- 4. the PMIx server dies ------------------------------------------------------
+# ---- 4. one PMIx job per process --------------------------------------------------
+out=$(timeout 120 "${mpi[@]}" -np 3 "$once" 2>&1) || { echo "$out"; fail "test_pmix_once"; }
+[ "$(grep -c "^pmix once: rank ok" <<<"$out")" -eq 3 ] || { echo "$out"; fail "test_pmix_once"; }
+echo "ok: two contexts at once through PMIx; no second job after the last tw_finalize"
+
+# ---- 5. the PMIx server dies ------------------------------------------------------
 work=$(mktemp -d /tmp/twtest-pmixkill.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # Each rank's stderr to a file of its own (mpirun forwards it, and is gone).
