@@ -255,13 +255,15 @@ static tw_status_t tw_bootstrap_node_round(tw_bootstrap_t *bs, int mine, int *ra
     return st;
 }
 
-/* The launcher's map; with TW_NODE_ID, or without a job key from the
- * launcher (PMIx), a round in which every rank publishes its node. */
+/* The launcher's map; with TW_NODE_ID, ranks the launcher does not know
+ * yet, or no job key from the launcher (PMIx), a round in which every rank
+ * publishes its node. */
 static tw_status_t tw_bootstrap_node_map(tw_bootstrap_t *bs, const char *override)
 {
     size_t bytes = (size_t)bs->size * sizeof(int);
     int *raw = tw_calloc(1, bytes);
     int mine = -1;
+    bool unknown = false;
     tw_status_t st;
 
     bs->node_of = tw_calloc(1, bytes);
@@ -276,7 +278,10 @@ static tw_status_t tw_bootstrap_node_map(tw_bootstrap_t *bs, const char *overrid
     if (st == TW_OK && mine >= 0) {
         raw[bs->rank] = mine;
     }
-    if (st == TW_OK && bs->size > 1 && (mine >= 0 || bs->job_key[0] == '\0')) {
+    for (int r = 0; st == TW_OK && r < bs->size; r++) {
+        unknown |= raw[r] < 0;
+    }
+    if (st == TW_OK && bs->size > 1 && (mine >= 0 || unknown || bs->job_key[0] == '\0')) {
         st = tw_bootstrap_node_round(bs, raw[bs->rank], raw);
     }
     if (st == TW_OK) {

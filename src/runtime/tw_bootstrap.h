@@ -73,7 +73,11 @@ typedef struct tw_bootstrap_ops {
     /** Is the launcher gone? Then @p why says how. Thread: engine 0's owner. */
     bool (*lifeline_lost)(tw_bootstrap_t *bs, char *why, size_t why_len);
     /** The node of every rank as the launcher knows it: @p node_of[size]
-     * (any non-negative ids; ranks of one node share one). */
+     * (any non-negative ids; ranks of one node share one). This rank's
+     * must be known; -1 for a rank the launcher does not know yet: then
+     * the front-end runs the node round, where every rank publishes its
+     * own (a backend may leave ranks unknown only when it runs that round
+     * anyway, on every rank: PMIx, for the job key). */
     tw_status_t (*nodes)(tw_bootstrap_t *bs, int *node_of);
     /** Leave the job (PMIx_Finalize) and free. */
     void (*close)(tw_bootstrap_t *bs);

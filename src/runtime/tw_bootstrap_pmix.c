@@ -16,9 +16,10 @@
  *            a fence before it races) and PMIX_TIMEOUT (TW_BOOT_TIMEOUT);
  *   get      PMIx_Get of the peer's key of the last round, after the fence;
  *   barrier  the same fence with nothing new put;
- *   nodes    PMIX_NODEID of every rank (job data, there before any fence);
- *            where the server has none, PMIX_LOCAL_PEERS: ranks listed
- *            share our node, the others each count as a node of their own;
+ *   nodes    our PMIX_NODEID (or a hash of the host name where the server
+ *            has none); the others' as the front-end's node round brings
+ *            them (under mpirun a remote rank's PMIX_NODEID is not there
+ *            before a fence);
  *   job key  none: the front-end's first round carries rank 0's.
  *
  * Lifeline. The PMIx server is our parent under both launchers (mpirun or
@@ -40,6 +41,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/tw_crc32c.h"
 #include "core/tw_lock.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
@@ -335,55 +337,39 @@ static bool tw_pmix_lifeline_lost(tw_bootstrap_t *bs, char *why, size_t why_len)
     return false;
 }
 
-/* PMIX_LOCAL_PEERS ("0,1,4"): ours share our node, the others each one of
- * their own (they are not ours; which node they share is unknown). */
-static tw_status_t tw_pmix_nodes_local(tw_bootstrap_pmix_t *p, int *node_of)
+/* Our node: PMIX_NODEID, or where the server has none, a hash of the host
+ * name (emulated nodes have names of their own). */
+static int tw_pmix_my_node(tw_bootstrap_pmix_t *p)
 {
-    pmix_proc_t proc;
-    pmix_value_t *v = NULL;
-    pmix_status_t rc;
-    int size = p->super.size;
+    char host[256] = "";
+    long id;
 
-    PMIX_LOAD_PROCID(&proc, p->me.nspace, PMIX_RANK_WILDCARD);
-    rc = PMIx_Get(&proc, PMIX_LOCAL_PEERS, NULL, 0, &v);
-    if (rc != PMIX_SUCCESS || v->type != PMIX_STRING || v->data.string == NULL) {
-        tw_error("boot", "PMIx gives neither PMIX_NODEID nor PMIX_LOCAL_PEERS (%s)",
-                 PMIx_Error_string(rc));
-        if (v != NULL) {
-            PMIX_VALUE_RELEASE(v);
-        }
-        return TW_ERR_BOOTSTRAP;
+    if (tw_pmix_get_num(p, p->me.rank, PMIX_NODEID, &id) == PMIX_SUCCESS && id >= 0 &&
+        id <= INT32_MAX) {
+        return (int)id;
     }
-    for (int r = 0; r < size; r++) {
-        node_of[r] = size + r;
-    }
-    for (char *s = v->data.string, *end; *s != '\0'; s = *end == ',' ? end + 1 : end) {
-        long r = strtol(s, &end, 10);
-        if (end == s) {
-            break;
-        }
-        if (r >= 0 && r < size) {
-            node_of[r] = 0;
-        }
-    }
-    node_of[p->super.rank] = 0;
-    PMIX_VALUE_RELEASE(v);
-    return TW_OK;
+    (void)gethostname(host, sizeof(host) - 1);
+    tw_debug("boot", "PMIx has no PMIX_NODEID of this rank: node of host name '%s'", host);
+    return (int)(tw_crc32c(0, host, strlen(host)) & INT32_MAX);
 }
 
+/* PMIX_NODEID of every rank that the server knows before any fence: under
+ * mpirun, those of our node only (a remote rank's is NOT-FOUND until data
+ * is exchanged). The others are -1: the front-end's node round, which
+ * every PMIx job runs (for the job key), fills them in. */
 static tw_status_t tw_pmix_nodes(tw_bootstrap_t *bs, int *node_of)
 {
     tw_bootstrap_pmix_t *p = tw_pmix(bs);
 
     for (int r = 0; r < bs->size; r++) {
         long id;
-        if (tw_pmix_get_num(p, (pmix_rank_t)r, PMIX_NODEID, &id) != PMIX_SUCCESS || id < 0 ||
-            id > INT32_MAX) {
-            tw_debug("boot", "PMIx has no PMIX_NODEID of rank %d: using PMIX_LOCAL_PEERS", r);
-            return tw_pmix_nodes_local(p, node_of);
+        node_of[r] = -1;
+        if (r != bs->rank && tw_pmix_get_num(p, (pmix_rank_t)r, PMIX_NODEID, &id) == PMIX_SUCCESS &&
+            id >= 0 && id <= INT32_MAX) {
+            node_of[r] = (int)id;
         }
-        node_of[r] = (int)id;
     }
+    node_of[bs->rank] = tw_pmix_my_node(p);
     return TW_OK;
 }
 

@@ -7,7 +7,11 @@
 #   1. test_alltoall on 4 ranks: every rank joined through PMIx, one node,
 #      shm carries the traffic (tw_stats_json through twt_stats.py);
 #   2. the same with -x TW_NODE_ID=0,0,1,1: two nodes, tcp across them;
-#   3. tw_info --job: rank 0 prints the node map;
+#   3. tw_info --job: rank 0 prints the node map; and with two emulated
+#      nodes (an rsh agent that starts each node's orted in a UTS namespace
+#      of its own, as /work/shared/notes/bootstrap.md describes; skipped
+#      where unshare --uts is not allowed): ranks 0-1 and 2-3 on two nodes
+#      by PMIx's node ids, shm within, tcp across;
 #   4. test_pmix_once: two contexts at once, then tw_init after the last
 #      tw_finalize refused (one PMIx job per process);
 #   5. mpirun SIGKILLed under 2 ranks past tw_init: both exit within 1.5 s
@@ -52,6 +56,26 @@ out=$(timeout 120 "${mpi[@]}" -np 3 "$info" --job 2>&1) || { echo "$out"; fail "
 grep -qx "job: 3 rank(s), bootstrap pmix; 1 node: node 0: ranks 0-2" <<<"$out" ||
   { echo "$out"; fail "tw_info --job under mpirun"; }
 echo "ok: tw_info --job under mpirun"
+work=$(mktemp -d /tmp/twtest-pmix.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+if unshare --uts true 2>/dev/null; then
+  printf 'n1 slots=2\nn2 slots=2\n' >"$work/hosts"
+  # shellcheck disable=SC2016 # expanded by the agent
+  printf '%s\n' '#!/bin/sh' 'while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done' \
+    'host=$1; shift' 'exec unshare --uts sh -c "hostname $host; $*"' >"$work/agent"
+  chmod +x "$work/agent"
+  emu=(--mca plm_rsh_agent "$work/agent" --hostfile "$work/hosts" --mca oob_tcp_if_include lo)
+  out=$(timeout 120 "${mpi[@]}" "${emu[@]}" -np 4 "$info" --job 2>&1) || { echo "$out"; fail "emulated nodes: tw_info --job"; }
+  grep -qx "job: 4 rank(s), bootstrap pmix; 2 nodes: node 0: ranks 0-1; node 1: ranks 2-3" <<<"$out" ||
+    { echo "$out"; fail "emulated nodes: want ranks 0-1 and 2-3 on two nodes"; }
+  out=$(timeout 120 "${mpi[@]}" "${emu[@]}" -np 4 "$prog" -t 2 -m 4 --stats=json 2>&1) ||
+    { echo "$out"; fail "emulated nodes: test_alltoall"; }
+  "$stats" - 'all nnodes == 2' 'rank 2 node == 1' 'all ifaces/tl:shm/tx_msgs >= 1' \
+    'all ifaces/tl:tcp/tx_msgs >= 1' <<<"$out" || { echo "$out"; fail "emulated nodes: shm within, tcp across"; }
+  echo "ok: two emulated nodes under mpirun: PMIx's node ids, shm within, tcp across"
+else
+  echo "note: unshare --uts not allowed here: the emulated-node step is left out"
+fi
 
 # ---- 4. one PMIx job per process --------------------------------------------------
 out=$(timeout 120 "${mpi[@]}" -np 3 "$once" 2>&1) || { echo "$out"; fail "test_pmix_once"; }
@@ -59,8 +83,6 @@ out=$(timeout 120 "${mpi[@]}" -np 3 "$once" 2>&1) || { echo "$out"; fail "test_p
 echo "ok: two contexts at once through PMIx; no second job after the last tw_finalize"
 
 # ---- 5. the PMIx server dies ------------------------------------------------------
-work=$(mktemp -d /tmp/twtest-pmixkill.XXXXXX)
-trap 'rm -rf "$work"' EXIT
 # Each rank's stderr to a file of its own (mpirun forwards it, and is gone).
 "${mpi[@]}" -np 2 sh -c 'exec "$0" wait "$1" 60 2>"$1/rank$OMPI_COMM_WORLD_RANK.err"' \
   "$rank" "$work" >"$work/mpirun.out" 2>&1 &
