@@ -21,7 +21,7 @@ else()
   set(TW_HAVE_JEMALLOC 1)
 endif()
 
-# AUTO|ON|OFF optional dependencies, detected now for later transports.
+# AUTO|ON|OFF optional dependencies: the verbs transport, the PMIx bootstrap.
 function(tw_optional_dep opt pcname var)
   set(${var} 0 PARENT_SCOPE)
   if(${opt} STREQUAL "OFF")
@@ -38,4 +38,4 @@ function(tw_optional_dep opt pcname var)
   endif()
 endfunction()
 tw_optional_dep(TW_ENABLE_VERBS libibverbs TW_HAVE_VERBS)
-tw_optional_dep(TW_ENABLE_PMIX pmix TW_HAVE_PMIX)
+tw_optional_dep(TW_WITH_PMIX pmix TW_HAVE_PMIX)

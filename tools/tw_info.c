@@ -7,6 +7,8 @@
  * for each TW_* variable set in the environment that nothing reads.
  *   tw_info [-v]      -v: also the help text of every variable
  *   tw_info --markdown   only the variables, as README's Markdown table
+ *   tw_info --job     join the job (under twrun, mpirun or srun): rank 0
+ *                     prints how, and the node map (which ranks on which node)
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "progress/tw_pe.h"
+#include "runtime/tw_bootstrap.h"
 #include "runtime/tw_context_int.h"
 #include "transports/base/tw_tl.h"
 
@@ -35,6 +38,43 @@ static void print_caps(uint32_t caps)
     }
 }
 
+/* Which backend this environment selects (tw_bootstrap.h), and whether
+ * PMIx is built in. */
+static void print_bootstrap(void)
+{
+    tw_bootstrap_env_t env;
+    const tw_bootstrap_ops_t *ops;
+
+    tw_cfg_set_defaults(&tw_bootstrap_cfg_table, &env);
+    (void)tw_cfg_apply_env(&tw_bootstrap_cfg_table, &env);
+    fflush(stdout); /* a refusal is logged to stderr */
+    ops = tw_bootstrap_select(&env);
+    printf("bootstrap: twrun (TW_BOOT_ADDR), PMIx (PMIX_NAMESPACE and PMIX_RANK: %s), or a job "
+           "of one\n  this environment: %s\n\n",
+           TW_HAVE_PMIX ? "built in" : "not built: TW_WITH_PMIX",
+           ops != NULL ? ops->name : "refused (above)");
+}
+
+/* tw_info --job: join, and rank 0 says how and where the ranks are. */
+static int print_job(void)
+{
+    tw_context_t *ctx;
+    tw_status_t st = tw_init(NULL, &ctx);
+    tw_ctx_impl_t *impl;
+    char nodes[1024];
+
+    if (st != TW_OK) {
+        fprintf(stderr, "tw_info: tw_init failed: %s\n", tw_strerror(st));
+        return 1;
+    }
+    impl = tw_ctx_get(ctx, "tw_info");
+    if (impl->rank == 0) {
+        tw_bootstrap_node_text(impl->bs, nodes, sizeof(nodes));
+        printf("job: %d rank(s), bootstrap %s; %s\n", impl->size, impl->bs->ops->name, nodes);
+    }
+    return tw_finalize(ctx) == TW_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
@@ -49,8 +89,11 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    if (argc == 2 && strcmp(argv[1], "--job") == 0) {
+        return print_job();
+    }
     if (argc > 2 || (argc > 1 && !verbose)) {
-        fprintf(stderr, "usage: %s [-v | --markdown]\n", argv[0]);
+        fprintf(stderr, "usage: %s [-v | --markdown | --job]\n", argv[0]);
         return 2;
     }
     npkg = tw_topo_num_packages();
@@ -77,6 +120,7 @@ int main(int argc, char **argv)
     printf("reliability layer (TW_RELIABLE=1): checksums, acks, retransmission, failover between\n"
            "  the transports above, keepalive; TW_REL_* tune it\n\n");
 
+    print_bootstrap();
     printf("progress threads (TW_PROGRESS_THREADS=-1): one per CPU socket, %d here\n", npkg);
     for (int p = 0; p < npkg; p++) {
         char cpus[256] = "?";

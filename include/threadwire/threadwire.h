@@ -115,9 +115,13 @@ typedef struct tw_config {
 TW_API void tw_config_init(tw_config_t *cfg);
 
 /**
- * Join the job: from the local launcher's environment, or as a job of one
- * process when no launcher is present. TW_* environment variables override
- * @p cfg. Starts the progress threads (unless progress_threads == 0).
+ * Join the job: through the local launcher twrun (TW_BOOT_ADDR), through
+ * PMIx when a PMIx launcher started the process (PMIX_NAMESPACE and
+ * PMIX_RANK: mpirun, srun --mpi=pmix; builds with PMIx), or as a job of
+ * one process when no launcher is present (docs/bootstrap.md). Under PMIx
+ * a process joins one job: a tw_init after its last context was finalized
+ * fails with TW_ERR_BOOTSTRAP. TW_* environment variables override @p cfg.
+ * Starts the progress threads (unless progress_threads == 0).
  *
  * @param cfg   configuration, or NULL for the defaults.
  * @param ctx_p receives the context on success (untouched otherwise).
@@ -128,9 +132,13 @@ TW_API void tw_config_init(tw_config_t *cfg);
  *     configuration;
  *   TW_ERR_UNSUPPORTED: a requested feature or transport is not built or
  *     not usable here (the log says why);
- *   TW_ERR_BOOTSTRAP: another launcher started several processes
- *     (SLURM_STEP_NUM_TASKS, PMI_SIZE or OMPI_COMM_WORLD_SIZE > 1), or
- *     twrun's variables do not add up or its socket cannot be reached;
+ *   TW_ERR_BOOTSTRAP: a launcher we cannot join started several
+ *     processes (SLURM_STEP_NUM_TASKS, PMI_SIZE or OMPI_COMM_WORLD_SIZE > 1
+ *     without PMIx; the log names the variable and the fix), a PMIx
+ *     environment in a build without PMIx, PMIx_Init failed, or twrun's
+ *     variables do not add up or its socket cannot be reached;
+ *   TW_ERR_TIMEOUT: a rank did not reach the bootstrap exchange within
+ *     TW_BOOT_TIMEOUT seconds;
  *   TW_ERR_NOMEM, TW_ERR_TRANSPORT: resources could not be had.
  * Thread: any; several contexts may live at once.
  */
@@ -142,7 +150,8 @@ TW_API tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p);
  * (receives never matched) on their CQs; every thread the context made is
  * joined. CQs outlive the context: poll them for those last completions,
  * then tw_cq_destroy them. Afterwards every call on @p ctx returns
- * TW_ERR_INVALID (or -1 / 0 where the call returns a count).
+ * TW_ERR_INVALID (or -1 / 0 where the call returns a count). The last
+ * context of a PMIx job leaves it (PMIx_Finalize).
  *
  * @return TW_OK; TW_ERR_INVALID for NULL or an already finalized context.
  * Thread: any, but no other thread may use @p ctx during or after the call.
@@ -449,7 +458,8 @@ TW_API tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn
 /* ---- introspection --------------------------------------------------- */
 
 /**
- * Print counters per transport and per progress thread: messages, bytes,
+ * Print the job's node map (how many nodes, which ranks on each) and
+ * counters per transport and per progress thread: messages, bytes,
  * unexpected messages, CQ high-water marks, wake-ups.
  * @return TW_OK; TW_ERR_INVALID (bad ctx or NULL out).
  * Thread: any (counters are read without stopping traffic).
@@ -461,13 +471,17 @@ TW_API tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out);
  * a newline), for scripts and tools to read instead of parsing text:
  *
  *     {"threadwire_stats":1,"rank":0,"size":2,"progress":"thread",
+ *      "bootstrap":"twrun","node":0,"nnodes":1,"nodes":[[0,1]],
  *      "engines":[{"name":"...","tid":123,"cpus":"0-3","counters":{...}}],
  *      "ifaces":{"tl:shm":{"tx_msgs":12,...},"lossy:shm":{...},"rel":{...}},
  *      "msg":{...},"rma":{...},"cq":{...}}
  *
  * "threadwire_stats" is the format's version (1); "progress" is "thread"
- * or "manual"; "ifaces" holds every iface of the stack that counts, by the
- * name of its counters: transports as "tl:<name>", wrappers by their own
+ * or "manual"; "bootstrap" how the job was joined ("twrun", "pmix",
+ * "single"); "node" this rank's node, "nnodes" the job's node count and
+ * "nodes" the ranks of each node (node ids 0 .. nnodes-1 in order of
+ * their first rank; shm carries traffic within a node only); "ifaces" holds every iface of the
+ * stack that counts, by the name of its counters: transports as "tl:<name>", wrappers by their own
  * ("rel", "lossy:<inner>"). Every counter is a non-negative integer.
  * Strings are escaped, so the output is valid JSON whatever they hold.
  * @return TW_OK; TW_ERR_INVALID (bad ctx or NULL out).

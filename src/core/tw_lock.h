@@ -33,6 +33,7 @@
 typedef enum tw_lock_rank {
     TW_LOCK_RANK_SHELLS = 10,       /* runtime: the context shells */
     TW_LOCK_RANK_ERR_HANDLER = 12,  /* runtime: a context's error handler */
+    TW_LOCK_RANK_PMIX = 14,         /* runtime: the process's PMIx client (bootstrap) */
     TW_LOCK_RANK_RMA_REG = 20,      /* msg: the region registry (rwlock) */
     TW_LOCK_RANK_RMA_SLOT = 22,     /* msg: one-sided operation slots */
     TW_LOCK_RANK_RMA_PEER = 24,     /* msg: a peer's one-sided state */

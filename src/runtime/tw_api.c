@@ -10,6 +10,7 @@
 #include "core/tw_log.h"
 #include "msg/tw_rma.h"
 #include "progress/tw_cq.h"
+#include "runtime/tw_bootstrap.h"
 #include "runtime/tw_context_int.h"
 
 /* A buffer of @p len bytes at @p buf can exist: no object is larger than
@@ -295,8 +296,12 @@ tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
         tw_error("api", "tw_stats_print: NULL stream");
         return TW_ERR_INVALID;
     }
+    char nodes[512];
+    tw_bootstrap_node_text(impl->bs, nodes, sizeof(nodes));
     fprintf(out, "threadwire statistics, rank %d of %d (%s progress)\n", impl->rank, impl->size,
             impl->manual ? "manual" : "thread");
+    fprintf(out, "  job: bootstrap %s, this rank on node %d; %s\n", impl->bs->ops->name,
+            impl->bs->node_of[impl->rank], nodes);
     for (unsigned i = 0; i < impl->npe; i++) {
         int tid = tw_pe_tid(impl->pes[i]);
         fprintf(out, "  progress %s: tid %d, cpus %s\n    ", tw_pe_name(impl->pes[i]), tid,
@@ -345,6 +350,26 @@ static int tw_api_json_iface(tw_tl_iface_t *iface, void *arg)
     return 0;
 }
 
+/* "bootstrap":"twrun","node":0,"nnodes":2,"nodes":[[0,1],[2,3]] */
+static void tw_api_json_nodes(const tw_bootstrap_t *bs, FILE *out)
+{
+    fputs("\"bootstrap\":", out);
+    tw_stats_json_string(bs->ops->name, out);
+    fprintf(out, ",\"node\":%d,\"nnodes\":%d,\"nodes\":[", bs->node_of[bs->rank], bs->nnodes);
+    for (int node = 0; node < bs->nnodes; node++) {
+        const char *sep = "";
+        fputs(node > 0 ? ",[" : "[", out);
+        for (int r = 0; r < bs->size; r++) {
+            if (bs->node_of[r] == node) {
+                fprintf(out, "%s%d", sep, r);
+                sep = ",";
+            }
+        }
+        fputc(']', out);
+    }
+    fputc(']', out);
+}
+
 tw_status_t tw_stats_json(tw_context_t *ctx, FILE *out)
 {
     tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_stats_json");
@@ -357,9 +382,10 @@ tw_status_t tw_stats_json(tw_context_t *ctx, FILE *out)
         tw_error("api", "tw_stats_json: NULL stream");
         return TW_ERR_INVALID;
     }
-    fprintf(out,
-            "{\"threadwire_stats\":1,\"rank\":%d,\"size\":%d,\"progress\":\"%s\",\"engines\":[",
-            impl->rank, impl->size, impl->manual ? "manual" : "thread");
+    fprintf(out, "{\"threadwire_stats\":1,\"rank\":%d,\"size\":%d,\"progress\":\"%s\",", impl->rank,
+            impl->size, impl->manual ? "manual" : "thread");
+    tw_api_json_nodes(impl->bs, out);
+    fputs(",\"engines\":[", out);
     for (unsigned i = 0; i < impl->npe; i++) {
         fputs(i > 0 ? ",{\"name\":" : "{\"name\":", out);
         tw_stats_json_string(tw_pe_name(impl->pes[i]), out);

@@ -5,10 +5,8 @@
  * transports and the messaging layer; finalize in reverse order.
  */
 #define _GNU_SOURCE
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/tw_lock.h"
@@ -18,7 +16,7 @@
 #include "msg/tw_msg_proto.h"
 #include "msg/tw_rma.h"
 #include "progress/tw_cq.h"
-#include "runtime/tw_boot.h"
+#include "runtime/tw_bootstrap.h"
 #include "runtime/tw_context_int.h"
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
@@ -88,55 +86,10 @@ const tw_cfg_table_t tw_rt_cfg_table = {
     .count = TW_ARRAY_SIZE(tw_rt_cfg_entries),
 };
 
-/* Set by the launcher (twrun), read when joining the job. */
-typedef struct tw_boot_env {
-    char rank[TW_CFG_STRLEN], size[TW_CFG_STRLEN], local_rank[TW_CFG_STRLEN],
-        local_size[TW_CFG_STRLEN], job_key[TW_CFG_STRLEN], boot_addr[TW_CFG_STRLEN];
-} tw_boot_env_t;
-
-static const tw_cfg_entry_t tw_boot_cfg_entries[] = {
-    {.name = "TW_RANK",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "set by twrun: this process's rank",
-     .offset = offsetof(tw_boot_env_t, rank)},
-    {.name = "TW_SIZE",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "set by twrun: processes in the job",
-     .offset = offsetof(tw_boot_env_t, size)},
-    {.name = "TW_LOCAL_RANK",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "set by twrun: rank among the processes of this node",
-     .offset = offsetof(tw_boot_env_t, local_rank)},
-    {.name = "TW_LOCAL_SIZE",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "set by twrun: processes of the job on this node",
-     .offset = offsetof(tw_boot_env_t, local_size)},
-    {.name = "TW_JOB_KEY",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "set by twrun: the job's random 128-bit key (hex)",
-     .offset = offsetof(tw_boot_env_t, job_key)},
-    {.name = "TW_BOOT_ADDR",
-     .type = TW_CFG_STRING,
-     .defval = "",
-     .help = "set by twrun: its address-exchange socket",
-     .offset = offsetof(tw_boot_env_t, boot_addr)},
-};
-
-static const tw_cfg_table_t tw_boot_cfg_table = {
-    .module = "launcher",
-    .entries = tw_boot_cfg_entries,
-    .count = TW_ARRAY_SIZE(tw_boot_cfg_entries),
-};
-
 size_t tw_cfg_all_tables(const tw_cfg_table_t **tables, size_t max)
 {
     const tw_tl_ops_t *const *lists[] = {tw_tl_all, tw_tl_wrappers, tw_stack_layers};
-    const tw_cfg_table_t *own[] = {&tw_core_cfg_table, &tw_rt_cfg_table, &tw_boot_cfg_table};
+    const tw_cfg_table_t *own[] = {&tw_core_cfg_table, &tw_rt_cfg_table, &tw_bootstrap_cfg_table};
     size_t n = 0;
 
     for (size_t i = 0; i < TW_ARRAY_SIZE(own) && n < max; i++) {
@@ -295,64 +248,22 @@ static tw_status_t tw_ctx_configure(const tw_config_t *user, tw_rt_cfg_t *rc)
     return TW_OK;
 }
 
-/* Which job are we in? Without a launcher: a job of one. Refuse to run
- * alone when another launcher evidently started several processes. */
+/* Which job are we in (tw_bootstrap.h): the backend the environment
+ * names, the node map. */
 static tw_status_t tw_ctx_join(tw_ctx_impl_t *impl)
 {
-    static const char *const foreign[] = {"SLURM_STEP_NUM_TASKS", "PMI_SIZE",
-                                          "OMPI_COMM_WORLD_SIZE"};
-    for (size_t i = 0; i < TW_ARRAY_SIZE(foreign); i++) {
-        const char *v = getenv(foreign[i]);
-        if (v != NULL && strtol(v, NULL, 10) > 1) {
-            tw_error("init",
-                     "%s=%s says this job has several processes, but this build of "
-                     "threadwire can only join its own launcher (twrun) or run alone; "
-                     "unset %s to run a job of one",
-                     foreign[i], v, foreign[i]);
-            return TW_ERR_BOOTSTRAP;
-        }
-    }
-    tw_boot_env_t env;
-    tw_cfg_set_defaults(&tw_boot_cfg_table, &env);
-    (void)tw_cfg_apply_env(&tw_boot_cfg_table, &env); /* strings: cannot fail */
-    impl->rank = 0;
-    impl->size = 1;
-    impl->local_rank = 0;
-    impl->local_size = 1;
-    if (env.boot_addr[0] == '\0') {
-        if (env.size[0] != '\0' && strtol(env.size, NULL, 10) > 1) {
-            tw_error("init", "TW_SIZE=%s but no TW_BOOT_ADDR: start the job with twrun", env.size);
-            return TW_ERR_BOOTSTRAP;
-        }
-        return TW_OK; /* no launcher: a job of one */
-    }
-    /* Started by twrun: check what it says, then join its exchange. */
-    char *end_r, *end_s;
-    long rank = strtol(env.rank, &end_r, 10), size = strtol(env.size, &end_s, 10);
-    if (env.rank[0] == '\0' || *end_r != '\0' || env.size[0] == '\0' || *end_s != '\0' ||
-        size < 1 || size > 65536 || rank < 0 || rank >= size || strlen(env.job_key) != 32) {
-        tw_error("init",
-                 "bad launcher environment: TW_RANK='%s' TW_SIZE='%s' TW_JOB_KEY of %zu "
-                 "characters (want 32)",
-                 env.rank, env.size, strlen(env.job_key));
-        return TW_ERR_BOOTSTRAP;
-    }
-    long lrank = strtol(env.local_rank, &end_r, 10), lsize = strtol(env.local_size, &end_s, 10);
-    if (env.local_rank[0] == '\0' || *end_r != '\0' || env.local_size[0] == '\0' ||
-        *end_s != '\0' || lsize < 1 || lsize > size || lrank < 0 || lrank >= lsize) {
-        tw_error("init", "bad launcher environment: TW_LOCAL_RANK='%s' TW_LOCAL_SIZE='%s'",
-                 env.local_rank, env.local_size);
-        return TW_ERR_BOOTSTRAP;
-    }
-    tw_status_t st = tw_boot_connect(env.boot_addr, (int)rank, (int)size, &impl->boot);
+    tw_bootstrap_t *bs;
+    tw_status_t st = tw_bootstrap_open(&bs);
+
     if (st != TW_OK) {
-        return TW_ERR_BOOTSTRAP;
+        return st;
     }
-    impl->rank = (int)rank;
-    impl->size = (int)size;
-    impl->local_rank = (int)lrank;
-    impl->local_size = (int)lsize;
-    snprintf(impl->job_key, sizeof(impl->job_key), "%s", env.job_key);
+    impl->bs = bs;
+    impl->rank = bs->rank;
+    impl->size = bs->size;
+    impl->local_rank = bs->local_rank;
+    impl->local_size = bs->local_size;
+    snprintf(impl->job_key, sizeof(impl->job_key), "%s", bs->job_key);
     return TW_OK;
 }
 
@@ -447,9 +358,9 @@ static tw_status_t tw_ctx_rma_setup(tw_ctx_impl_t *impl)
 }
 
 /*
- * The launcher is our lifeline: when its socket reports EOF it is gone,
- * and so is the job. Its death also kills us (PR_SET_PDEATHSIG); this is
- * the second line, for launchers that cannot set it.
+ * The launcher is our lifeline (twrun's socket, the PMIx server's pidfd):
+ * when it is gone, so is the job. Engine 0 watches its fd and looks at it
+ * every TW_CTX_LIFELINE_NS at the latest.
  */
 #define TW_CTX_LIFELINE_NS (100ull * 1000 * 1000)
 
@@ -457,16 +368,14 @@ static int tw_ctx_lifeline(void *arg)
 {
     tw_ctx_impl_t *impl = arg;
     uint64_t now = tw_pe_pass_coarse_ns(impl->pes[0]); /* every pass: read once */
-    struct pollfd pfd;
-    char c;
+    char why[128];
 
     if (now < impl->lifeline_next_ns) {
         return 0;
     }
     impl->lifeline_next_ns = now + TW_CTX_LIFELINE_NS;
-    pfd = (struct pollfd){.fd = tw_boot_fd(impl->boot), .events = POLLIN | POLLRDHUP};
-    if (poll(&pfd, 1, 0) > 0 && recv(pfd.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
-        tw_error("runtime", "the launcher (twrun) is gone: the job is over, exiting");
+    if (tw_bootstrap_lifeline_lost(impl->bs, why, sizeof(why))) {
+        tw_error("runtime", "%s: the job is over, exiting", why);
         _exit(1);
     }
     return 0;
@@ -511,9 +420,7 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
     if (impl->cq_stats != NULL) {
         tw_stats_destroy(impl->cq_stats);
     }
-    if (impl->boot != NULL) {
-        tw_boot_close(impl->boot);
-    }
+    tw_bootstrap_close(impl->bs); /* PMIx_Finalize: after every transport */
     tw_mutex_destroy(&impl->err_lock);
     tw_free(impl, sizeof(*impl));
 }
@@ -584,6 +491,7 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
                          .peer_down = tw_ctx_peer_down,
                          .peer_down_arg = impl,
                          .job_key = impl->job_key,
+                         .node_of = impl->bs->node_of,
                          .local_rank = impl->local_rank,
                          .local_size = impl->local_size};
     st = tw_stack_build(impl, &up);
@@ -601,10 +509,10 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
     if (st == TW_OK) {
         st = tw_ctx_rma_setup(impl);
     }
-    if (st == TW_OK && impl->boot != NULL) {
+    if (st == TW_OK && tw_bootstrap_lifeline_fd(impl->bs) >= 0) {
         st = tw_pe_add(impl->pes[0], tw_ctx_lifeline, impl, -1);
         if (st == TW_OK) {
-            st = tw_pe_watch(impl->pes[0], tw_boot_fd(impl->boot));
+            st = tw_pe_watch(impl->pes[0], tw_bootstrap_lifeline_fd(impl->bs));
         }
     }
     if (st != TW_OK) {

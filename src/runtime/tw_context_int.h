@@ -56,7 +56,7 @@ typedef struct tw_ctx_impl {
     unsigned ntop;
     tw_tl_iface_t *tops[TW_CTX_MAX_TL];
     tw_msg_t *msg;
-    struct tw_boot *boot; /* launcher connection (twrun), or NULL */
+    struct tw_bootstrap *bs; /* the job (tw_bootstrap.h): set by tw_init, freed last */
     tw_stats_t *cq_stats;
     tw_mutex_t err_lock;
     tw_error_handler_t err_fn; /* guarded by err_lock */

@@ -28,14 +28,11 @@
 #include "core/tw_mem.h"
 #include "reliability/tw_rel.h"
 #include "runtime/tw_addr_proto.h"
-#include "runtime/tw_boot.h"
+#include "runtime/tw_bootstrap.h"
 #include "runtime/tw_context_int.h"
 
 /* Over every transport: reliability. */
 const tw_tl_ops_t *const tw_stack_layers[] = {&tw_rel_ops, NULL};
-
-/* The fences of the exchange wait this long for the slowest rank. */
-#define TW_STACK_FENCE_MS 60000
 
 /* A wrapper or layer of that name, or NULL. */
 static const tw_tl_ops_t *tw_stack_find_layer(const char *name)
@@ -227,8 +224,8 @@ static int tw_stack_pack_one(tw_tl_iface_t *iface, void *arg)
     tw_status_t st;
 
     if (at == NULL) {
-        tw_error("init", "transport addresses do not fit the %d-byte bootstrap blob",
-                 TW_BOOT_BLOB_MAX);
+        tw_error("init", "transport addresses do not fit the %u-byte bootstrap blob",
+                 TW_BOOTSTRAP_BLOB_MAX);
         return TW_ERR_BOOTSTRAP;
     }
     st = tw_tl_addr_pack(iface, at, room, &len);
@@ -330,7 +327,7 @@ static tw_status_t tw_stack_agree(tw_ctx_impl_t *impl, int peer, const void *blo
  * connected -- and so tore down what a peer is connecting to. */
 static tw_status_t tw_stack_peers(tw_ctx_impl_t *impl, bool connect)
 {
-    unsigned char blob[TW_BOOT_BLOB_MAX];
+    unsigned char blob[TW_BOOTSTRAP_BLOB_MAX];
     tw_stack_peer_t c;
     tw_status_t st;
 
@@ -339,7 +336,7 @@ static tw_status_t tw_stack_peers(tw_ctx_impl_t *impl, bool connect)
         if (peer == impl->rank) {
             continue;
         }
-        if (tw_boot_get(impl->boot, peer, blob, &len) != TW_OK) {
+        if (tw_bootstrap_get(impl->bs, peer, blob, &len) != TW_OK) {
             return TW_ERR_BOOTSTRAP;
         }
         st = tw_stack_agree(impl, peer, blob, len, &c);
@@ -355,11 +352,11 @@ static tw_status_t tw_stack_peers(tw_ctx_impl_t *impl, bool connect)
 
 tw_status_t tw_stack_exchange(tw_ctx_impl_t *impl)
 {
-    unsigned char blob[TW_BOOT_BLOB_MAX];
+    unsigned char blob[TW_BOOTSTRAP_BLOB_MAX];
     tw_addr_writer_t w;
     tw_status_t st;
 
-    if (impl->boot == NULL) {
+    if (impl->size == 1) {
         return TW_OK; /* a job of one */
     }
     tw_addr_begin(&w, blob, sizeof(blob));
@@ -369,9 +366,9 @@ tw_status_t tw_stack_exchange(tw_ctx_impl_t *impl)
             return st;
         }
     }
-    if (tw_boot_put(impl->boot, blob, tw_addr_end(&w)) != TW_OK ||
-        tw_boot_fence(impl->boot, TW_STACK_FENCE_MS) != TW_OK) {
-        return TW_ERR_BOOTSTRAP;
+    st = tw_bootstrap_exchange(impl->bs, blob, tw_addr_end(&w));
+    if (st != TW_OK) {
+        return st == TW_ERR_TIMEOUT ? st : TW_ERR_BOOTSTRAP;
     }
     st = tw_stack_peers(impl, false);
     if (st == TW_OK) {
@@ -380,10 +377,8 @@ tw_status_t tw_stack_exchange(tw_ctx_impl_t *impl)
     if (st != TW_OK) {
         return st;
     }
-    if (tw_boot_fence(impl->boot, TW_STACK_FENCE_MS) != TW_OK) {
-        return TW_ERR_BOOTSTRAP;
-    }
-    return TW_OK;
+    st = tw_bootstrap_barrier(impl->bs);
+    return st == TW_OK || st == TW_ERR_TIMEOUT ? st : TW_ERR_BOOTSTRAP;
 }
 
 /* ---- route, ready, finalize --------------------------------------------------- */

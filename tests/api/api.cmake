@@ -36,7 +36,7 @@ tw_expect_log(api_badargs PATTERNS
   "init. error: (unknown transport 'carrier-pigeon'|transport 'verbs' in TW_TRANSPORTS is not usable here: |'lossy' in TW_TRANSPORTS is a layer)"
   "init. error: (TW_MATCH_BUCKETS|TW_PROGRESS_RING)=[0-9]+ is not a power of two$"
   "init. error: TW_FAULT(=drop=|=explode=|_ON=tpc: |_RANKS=)"
-  "init. error: (OMPI_COMM_WORLD_SIZE=[0-9]+ says this job|TW_SIZE=[0-9]+ but no TW_BOOT_ADDR|bad launcher environment: )"
+  "init. error: (OMPI_COMM_WORLD_SIZE=[0-9]+ but no PMIx in the environment: |TW_SIZE=[0-9]+ but no TW_BOOT_ADDR|bad launcher environment: )"
   "config. error: bad value '[^']*' for TW_[A-Z_]+: expected "
   "config. warn: unknown environment variable TW_NO_SUCH_KNOB ignored"
   "boot. error: rank [0-9]+: cannot reach the launcher at /nonexistent/twrun.sock: "

@@ -8,6 +8,7 @@ out=$(TW_WAIT_MODE=spin TW_NO_SUCH_KNOB=1 "$1" 2>&1)
 for want in "self   available" "shm    available" "rndv" "TW_SHM_CELLS" "TW_SHM_CMA" "TW_TCP_IF" "TW_TCP_AF" "TW_TCP_TIMEOUT" "TW_TCP_THREADS" "TW_VERBS_DEVICES" "TW_VERBS_GID_INDEX" "TW_VERBS_TIMEOUT" "socket0: cpus" "TW_WAIT_MODE" "[set: spin]" "TW_LOG_LEVEL" \
             "TW_PROGRESS_RING" "TW_FAULT" "TW_REL_RTO" "TW_REL_KEEPALIVE" "reliability layer" \
             "unknown environment variable TW_NO_SUCH_KNOB" \
+            "this environment: single" "TW_BOOT_TIMEOUT" "TW_NODE_ID" \
             "1 unknown TW_\* variable"; do
   grep -q -- "$want" <<<"$out" || { echo "tw_info output lacks '$want':"; echo "$out"; exit 1; }
 done

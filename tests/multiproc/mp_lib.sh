@@ -56,3 +56,34 @@ no_orphans() { # DIR WHAT
   p=$(pgrep -f -- "$1" | tr '\n' ' ' || true)
   [ -z "$p" ] || fail "$2: processes left behind: $p"
 }
+
+# Wait until DIR holds N rank*.pid files (every rank past tw_init), up to
+# 30 s (sanitizer builds start slowly), or until process LAUNCHER ended.
+# True when all N are there.
+wait_pid_files() { # DIR N LAUNCHER
+  for _ in $(seq 300); do
+    [ "$(ls "$1"/rank*.pid 2>/dev/null | wc -l)" -eq "$2" ] && return 0
+    kill -0 "$3" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ "$(ls "$1"/rank*.pid 2>/dev/null | wc -l)" -eq "$2" ]
+}
+
+# SIGKILL process LAUNCHER and wait up to MS ms for every pid of PIDS to be
+# gone. Sets took_ms, and alive to the pids still there (empty: all gone).
+kill_launcher() { # LAUNCHER MS PIDS...
+  local launcher=$1 ms=$2 start p
+  shift 2
+  start=$(date +%s%N)
+  kill -9 "$launcher"
+  while :; do
+    alive=""
+    for p in "$@"; do
+      pid_gone "$p" || alive="$alive $p"
+    done
+    took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    [ -z "$alive" ] || [ "$took_ms" -ge "$ms" ] && break
+    sleep 0.02
+  done
+  { wait "$launcher"; } 2>/dev/null || true # no "Killed" job notice
+}

@@ -24,11 +24,7 @@ st=$work/kill
 mkdir "$st"
 "$twrun" -n 4 "$rank" wait "$st" 60 >"$work/kill.out" 2>&1 &
 tw=$!
-for _ in $(seq 300); do # up to 30 s (sanitizer builds start slowly)
-  [ "$(ls "$st"/rank*.pid 2>/dev/null | wc -l)" -eq 4 ] && break
-  kill -0 "$tw" 2>/dev/null || break
-  sleep 0.1
-done
+wait_pid_files "$st" 4 "$tw" || true
 if ! kill -0 "$tw" 2>/dev/null; then
   rc=0
   wait "$tw" || rc=$?
@@ -38,19 +34,8 @@ fi
 [ "$(ls "$st"/rank*.pid | wc -l)" -eq 4 ] || fail "not every rank got past tw_init"
 pids=$(cat "$st"/rank*.pid)
 bootdir=$(dirname "$(cat "$st/rank0.boot")")
-start=$(date +%s%N)
-kill -9 "$tw"
-for _ in $(seq 100); do
-  alive=""
-  for p in $pids; do
-    pid_gone "$p" || alive="$alive $p"
-  done
-  [ -z "$alive" ] && break
-  [ $(( ($(date +%s%N) - start) / 1000000 )) -ge 1000 ] && break
-  sleep 0.02
-done
-took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
-{ wait "$tw"; } 2>/dev/null || true # no "Killed" job notice
+# shellcheck disable=SC2086 # one word a pid
+kill_launcher "$tw" 1000 $pids
 [ -z "$alive" ] || fail "rank pids$alive outlived twrun by $took_ms ms"
 echo "ok: 4 threadwire ranks gone $took_ms ms after twrun -9"
 no_orphans "$st" "twrun -9"

@@ -185,7 +185,12 @@ typedef struct tw_tl_params {
     tw_tl_peer_down_fn_t peer_down; /* may be NULL */
     void *peer_down_arg;
     const char *job_key; /* the launcher's job key, or "" */
-    int local_rank;      /* among the ranks of this node */
+    /* The node map (the runtime's, from the launcher or TW_NODE_ID): the
+     * node of every rank, [size], dense ids; ranks with one id share a
+     * node. Valid during iface_open only (a transport copies what it
+     * needs). */
+    const int *node_of;
+    int local_rank; /* among the ranks of this node, in rank order */
     int local_size;
 } tw_tl_params_t;
 

@@ -189,6 +189,8 @@ static tw_status_t tw_shm_open_tables(tw_shm_iface_t *shm, const tw_tl_params_t 
         return TW_ERR_NOMEM;
     }
     for (int r = 0; r < params->size; r++) {
+        shm->peers[r].on_node =
+            params->node_of == NULL || params->node_of[r] == params->node_of[params->rank];
         shm->peers[r].pidfd = -1;
         shm->peers[r].seg.fd = -1;
         atomic_init(&shm->peers[r].state, TW_SHM_PEER_UP);
@@ -303,6 +305,11 @@ static tw_status_t tw_shm_attach(tw_shm_iface_t *shm, int peer, const tw_shm_add
 
     st = tw_seg_attach(a->seg, tw_shm_seg_size(shm->nlocal, shm->ncells), &p->seg);
     if (st != TW_OK) {
+        tw_error("shm",
+                 "rank %d is on this node by the node map, but its segment %s cannot be "
+                 "attached: /dev/shm is not shared with it (the launcher's node ids or "
+                 "TW_NODE_ID are wrong)",
+                 peer, a->seg);
         return st;
     }
     st = tw_shm_seg_check(p->seg.base, p->seg.size,
@@ -335,8 +342,15 @@ static tw_status_t tw_shm_iface_addr_connect(tw_tl_iface_t *iface, int peer, con
                  why);
         return TW_ERR_PROTOCOL;
     }
+    if (!p->on_node) {
+        return TW_OK; /* another node by the node map: not ours to reach */
+    }
     if (strcmp(a.node, shm->node) != 0) {
-        return TW_OK; /* another node: not ours to reach */
+        tw_error("shm",
+                 "rank %d is on this node by the node map, but runs under another kernel (boot "
+                 "id %s, ours %s): the launcher's node ids or TW_NODE_ID are wrong",
+                 peer, a.node, shm->node);
+        return TW_ERR_UNREACHABLE;
     }
     if (a.local_rank >= shm->nlocal || a.local_rank == shm->local_rank || a.ncells != shm->ncells) {
         tw_error("shm",

@@ -39,6 +39,7 @@ typedef struct tw_shm_peer {
     /* Set at addr_connect, read-only after (the pidfd is closed at close). */
     int rank;
     int local;
+    bool on_node; /* set at open: the node map puts it on our node */
     pid_t pid;
     int pidfd;    /* -1: none (then kill(pid, 0) is polled) */
     tw_seg_t seg; /* the peer's segment (our outbound ring is in it) */

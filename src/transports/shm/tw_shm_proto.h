@@ -58,7 +58,10 @@
  *   magic u32 | version u8 | reserved u8[3] (zero) | local_rank u32 |
  *   pid u32 | ncells u32 | seg char[64] | node char[64]
  * seg and node are NUL-terminated within their field; node is the boot
- * id (same kernel: same node).
+ * id. Which peers shm reaches is the runtime's node map's to say
+ * (tw_tl_params_t.node_of): emulated nodes share a kernel. The boot id
+ * only refuses a peer the map puts on our node that runs under another
+ * kernel (a wrong map).
  */
 #ifndef TW_SHM_PROTO_H
 #define TW_SHM_PROTO_H
