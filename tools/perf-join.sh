@@ -9,17 +9,21 @@
 # (default 3) per cell, alternating, medians in ms.
 #   tools/perf-join.sh [BUILD_DIR]        (default build/release)
 #   SIZES="2 4 8 16 32 64"                process counts
-#   LAUNCHERS="twrun mpirun"              twrun: the embedded launcher
-#                                         (threadwire only); mpirun: both
-#                                         programs under Debian's Open MPI
-#                                         (threadwire joins through PMIx)
-# Needs openmpi-bin and libopenmpi-dev for the mpirun rows.
+#   LAUNCHERS="twrun mpirun mpirun2n srun2n"
+#       twrun     the embedded launcher (threadwire only)
+#       mpirun    both programs under Debian's Open MPI on this node
+#                 (threadwire joins through PMIx)
+#       mpirun2n, srun2n  both programs over 2 emulated nodes
+#                 (tests/cluster/run-cluster.sh: root, namespaces; srun
+#                 with a throw-away Slurm), ranks split between them
+# Needs openmpi-bin and libopenmpi-dev for the MPI_Init column; the 2n rows
+# what tests/cluster needs (slurmd slurmctld slurm-client munge for srun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
 reps=${REPS:-3}
 sizes=${SIZES:-"2 4 8 16 32 64"}
-launchers=${LAUNCHERS:-"twrun mpirun"}
+launchers=${LAUNCHERS:-"twrun mpirun mpirun2n srun2n"}
 [ -x "$build/tools/tw_join" ] && [ -x "$build/tools/twrun" ] ||
   { echo "build $build first (cmake --build $build --target tw_join twrun)" >&2; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/perf-join.XXXXXX")
@@ -48,6 +52,10 @@ run() {
   case $launcher in
     twrun) timeout 120 "$build/tools/twrun" -n "$n" "$prog" >"$out" 2>"$tmp/log" || true ;;
     mpirun) timeout 120 mpirun "${mpirun_args[@]}" -np "$n" "$prog" >"$out" 2>"$tmp/log" || true ;;
+    mpirun2n | srun2n)
+      tests/cluster/run-cluster.sh --launcher "${launcher%2n}" --nodes 2 --np "$n" --timeout 100 \
+        -- "$prog" >"$out" 2>"$tmp/log" || true
+      ;;
   esac
   v=$(slowest "$out" "$n")
   [ "$v" != - ] || { echo "perf-join: $who under $launcher -n $n failed:" >&2; tail -3 "$tmp/log" >&2; }
@@ -59,7 +67,7 @@ for _ in $(seq "$reps"); do
   for n in $sizes; do
     for l in $launchers; do
       r[tw.$l.$n]+="$(run tw "$l" "$n") "
-      if [ "$l" = mpirun ] && [ -n "$have_mpi" ]; then
+      if [ "$l" != twrun ] && [ -n "$have_mpi" ]; then
         r[mpi.$l.$n]+="$(run mpi "$l" "$n") "
       fi
     done
