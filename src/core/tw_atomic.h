@@ -91,7 +91,7 @@ static inline void tw_spinlock_unlock(tw_spinlock_t *l) TW_RELEASE(l) TW_NO_TSA
  * Thread: any.
  */
 extern TW_TLS unsigned tw_tls_index_plus1; /* index + 1; 0: not assigned yet */
-unsigned tw_thread_index_assign(void);        /* the first call's slow path */
+unsigned tw_thread_index_assign(void);     /* the first call's slow path */
 
 static inline unsigned tw_thread_index(void)
 {

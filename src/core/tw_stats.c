@@ -108,8 +108,8 @@ uint64_t tw_stats_read(const tw_stats_t *s, unsigned id)
         return atomic_load_explicit(&s->hot.values[id], memory_order_relaxed);
     }
     for (unsigned slot = 0; slot < TW_STATS_SLOTS; slot++) {
-        sum +=
-            atomic_load_explicit(&s->hot.values[(size_t)slot * s->hot.stride + id], memory_order_relaxed);
+        sum += atomic_load_explicit(&s->hot.values[(size_t)slot * s->hot.stride + id],
+                                    memory_order_relaxed);
     }
     if (s->source != NULL) {
         sum += s->source(s->source_arg, id);

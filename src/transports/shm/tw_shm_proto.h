@@ -81,7 +81,7 @@
 #define TW_SHM_CELL_HDR   64u
 #define TW_SHM_CELL_SIZE  (TW_SHM_CELL_HDR + 8192u + 256u)
 #define TW_SHM_CELL_DATA  (TW_SHM_CELL_SIZE - TW_SHM_CELL_HDR) /* bytes a cell holds, any type */
-#define TW_SHM_EAGER_OFF  16u /* where an EAGER cell's bytes start */
+#define TW_SHM_EAGER_OFF  16u          /* where an EAGER cell's bytes start */
 #define TW_SHM_CELLS_MIN  4u           /* cells per ring: a power of two in [MIN, MAX] */
 #define TW_SHM_CELLS_MAX  4096u        /* (bounds the segment size: no overflow) */
 #define TW_SHM_MAX_MSG    (1ull << 40) /* largest rendezvous accepted */
@@ -120,7 +120,7 @@ typedef struct tw_shm_cell {
     uint8_t type;
     uint8_t am_id;
     uint16_t hdr_len;
-    uint32_t len; /* bytes of data[] used */
+    uint32_t len;         /* bytes of data[] used */
     uint64_t a0, a1, a2;  /* not in EAGER cells: their bytes start here */
     uint64_t reserved[3]; /* neither written nor read */
     unsigned char data[]; /* bytes of the other types */
@@ -210,8 +210,8 @@ static inline unsigned char *tw_shm_cell_bytes(tw_shm_cell_t *c, uint8_t type)
 typedef struct tw_shm_cell_view {
     uint8_t type; /* TW_SHM_EAGER .. TW_SHM_DATA */
     uint8_t am_id;
-    uint32_t hdr_len; /* <= len */
-    uint32_t len;     /* <= TW_SHM_CELL_DATA */
+    uint32_t hdr_len;          /* <= len */
+    uint32_t len;              /* <= TW_SHM_CELL_DATA */
     uint64_t a0, a1, a2;       /* zero in an EAGER cell */
     const unsigned char *data; /* the cell's bytes (tw_shm_cell_bytes): len */
 } tw_shm_cell_view_t;
@@ -232,10 +232,8 @@ static inline tw_status_t tw_shm_proto_bad(const char **why, const char *reason)
 static inline tw_status_t tw_shm_cell_parse(const tw_shm_cell_t *c, tw_shm_cell_view_t *v_p,
                                             const char **why)
 {
-    tw_shm_cell_view_t v = {.type = c->type,
-                            .am_id = c->am_id,
-                            .hdr_len = c->hdr_len,
-                            .len = c->len};
+    tw_shm_cell_view_t v = {
+        .type = c->type, .am_id = c->am_id, .hdr_len = c->hdr_len, .len = c->len};
 
     if (v.type == 0 || v.type >= TW_SHM_TYPE_MAX) {
         return tw_shm_proto_bad(why, "unknown cell type");
