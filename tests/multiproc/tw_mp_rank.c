@@ -9,6 +9,11 @@
  *   tw_mp_rank peer-kill DIR [BIGSIZE]  twrun -n 2 --keep-going: rank 1 dies
  *                                       by SIGKILL mid-transfer, rank 0
  *                                       checks the failure contract
+ *   tw_mp_rank node-loss DIR LOST       (tests/cluster) the ranks in the
+ *                                       comma list LOST are cut off or die
+ *                                       together, as a node does; the
+ *                                       others check they fail and nothing
+ *                                       else does
  *
  * Every rank writes into DIR, once tw_init returned: rankR.pid (its pid),
  * rankR.boot (TW_BOOT_ADDR), rankR.shm (the /dev/shm files it has mapped,
@@ -47,6 +52,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -648,6 +654,124 @@ static int run_survivor(tw_context_t *ctx, size_t big)
     return 0;
 }
 
+/* ---- node-loss ---------------------------------------------------------- */
+
+/* Every rank says hello to every other (so every connection exists), then
+ * posts a receive from each that nobody ever sends, and writes
+ * DIR/rankR.up. The lost ranks then only wait: the test cuts their node's
+ * link or kills it. Each other rank checks, within TWTEST_NODE_LOSS_S
+ * (default 30 s) of its post: the receives from the lost ranks complete
+ * TW_ERR_PEER_FAILED, the error handler ran once for each lost rank and
+ * for no other, the receives from the survivors are still posted (each
+ * survivor then sends every other the message they wait for, and they
+ * complete TW_OK), then writes DIR/rankR.pass. */
+static int run_node_loss(const char *lost_list)
+{
+    tw_context_t *ctx = tw_mp_init();
+    int me = tw_rank(ctx), size = tw_size(ctx), nlost = 0, pending_lost = 0;
+    bool *lost = calloc((size_t)size, sizeof(bool));
+    char *list = strdup(lost_list), *save = NULL, name[64];
+    const char *env = getenv("TWTEST_NODE_LOSS_S");
+    double bound_s = env != NULL ? atof(env) : 30;
+    tw_completion_t c[16];
+    tw_cq_t *cq;
+    char *rbuf;
+
+    TW_MP_CHECK(lost != NULL && list != NULL, "out of memory");
+    for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        int r = atoi(t);
+        TW_MP_CHECK(r >= 0 && r < size && !lost[r], "bad lost rank '%s'", t);
+        lost[r] = true;
+        nlost++;
+    }
+    free(list);
+    TW_MP_CHECK(nlost > 0 && nlost < size, "lose 1 .. %d ranks, not %d", size - 1, nlost);
+    TW_MP_CHECK(tw_cq_create(ctx, (unsigned)(4 * size + 8), &cq) == TW_OK, "tw_cq_create");
+    rbuf = calloc((size_t)size, 8);
+    TW_MP_CHECK(rbuf != NULL, "out of memory");
+    tw_mp_barrier(ctx, T_READY); /* hello: every connection exists */
+    for (int r = 0; r < size; r++) {
+        if (r != me) {
+            TW_MP_POST(ctx, tw_recv(ctx, r, T_NEVER, 0, rbuf + 8 * r, 8, cq, (void *)(intptr_t)r));
+        }
+    }
+    snprintf(name, sizeof(name), "rank%d.up", me);
+    write_file(name, "%d\n", (int)getpid());
+    if (lost[me]) {
+        double end = twt_now() + bound_s + 30;
+        while (twt_now() < end) { /* cut off or killed meanwhile */
+            (void)wait_some(ctx, cq, c, 16, 100);
+        }
+        return 0;
+    }
+    for (int r = 0; r < size; r++) {
+        pending_lost += lost[r];
+    }
+    /* One loop takes it all: the lost ranks' failures, then (once ours
+     * are in) our words to the survivors and theirs to us -- which may
+     * come first, from a survivor that saw the loss sooner. */
+    int survivors = size - nlost, got = 0, sends_done = 0;
+    uint64_t word = 0x5eed0000u + (uint64_t)me;
+    bool sent = false;
+    double t0 = twt_now(), t_failed = 0;
+    while (pending_lost > 0 || got < survivors - 1 || sends_done < survivors - 1) {
+        TW_MP_CHECK(twt_now() - t0 < bound_s,
+                    "after %.0f s: %d lost rank(s) not failed, %d of %d survivors' words, %d of "
+                    "%d sends",
+                    bound_s, pending_lost, got, survivors - 1, sends_done, survivors - 1);
+        if (pending_lost == 0 && !sent) {
+            t_failed = twt_now() - t0;
+            for (int r = 0; r < size; r++) {
+                if (!lost[r] && r != me) {
+                    TW_MP_POST(ctx, tw_send(ctx, r, T_NEVER, &word, sizeof(word), cq, NULL));
+                }
+            }
+            sent = true;
+        }
+        int n = wait_some(ctx, cq, c, 16, 100);
+        for (int i = 0; i < n; i++) {
+            if (c[i].op == TW_OP_SEND) {
+                TW_MP_CHECK(c[i].status == TW_OK, "a send to a survivor: %s",
+                            tw_strerror(c[i].status));
+                sends_done++;
+                continue;
+            }
+            int r = (int)(intptr_t)c[i].user;
+            if (lost[r]) {
+                TW_MP_CHECK(c[i].status == TW_ERR_PEER_FAILED, "the receive from lost rank %d: %s",
+                            r, tw_strerror(c[i].status));
+                pending_lost--;
+                continue;
+            }
+            uint64_t v;
+            memcpy(&v, rbuf + 8 * r, sizeof(v));
+            TW_MP_CHECK(c[i].status == TW_OK && v == 0x5eed0000u + (uint64_t)r,
+                        "the receive from survivor %d: %s, word %#" PRIx64, r,
+                        tw_strerror(c[i].status), v);
+            got++;
+        }
+    }
+    for (int r = 0; r < size; r++) {
+        int calls = tw_mp_errors_for(r, TW_ERR_PEER_FAILED);
+        TW_MP_CHECK(calls == (lost[r] ? 1 : 0), "error handler called %d time(s) for rank %d",
+                    calls, r);
+    }
+    TW_MP_CHECK(tw_mp_errors_count() == nlost, "error handler called %d times, %d ranks lost",
+                tw_mp_errors_count(), nlost);
+    printf("node-loss: rank %d: %d lost rank(s) failed within %.1f s, handler once each; %d "
+           "survivor(s) still talk\n",
+           me, nlost, t_failed, survivors - 1);
+    snprintf(name, sizeof(name), "rank%d.pass", me);
+    write_file(name, "ok\n");
+    TW_MP_CHECK(tw_finalize(ctx) == TW_OK, "tw_finalize");
+    while (tw_cq_poll(cq, c, 16) > 0) {
+    }
+    TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
+    free(rbuf);
+    free(lost);
+    return 0;
+}
+
 static int run_peer_kill(size_t big)
 {
     tw_context_t *ctx = tw_mp_init();
@@ -671,7 +795,11 @@ int main(int argc, char **argv)
         g_dir = argv[2];
         return run_peer_kill(argc > 3 ? strtoull(argv[3], NULL, 10) : 16 * MIB);
     }
+    if (argc >= 4 && strcmp(argv[1], "node-loss") == 0) {
+        g_dir = argv[2];
+        return run_node_loss(argv[3]);
+    }
     fprintf(stderr, "usage: tw_mp_rank wait DIR [SECONDS] | crash R DIR | peer-kill DIR "
-                    "[BIGSIZE]\n");
+                    "[BIGSIZE] | node-loss DIR LOST\n");
     return 2;
 }

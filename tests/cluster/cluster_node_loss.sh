@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# A node lost mid-run: 6 ranks on 3 emulated nodes (tw_mp_rank node-loss),
+# node n3's link cut by nftables 4 s in and never restored, reliability
+# off, TW_TCP_TIMEOUT=2s. Ranks 4 and 5 (n3) are lost; each of ranks 0-3
+# checks that its receives from them fail TW_ERR_PEER_FAILED and its
+# error handler ran once for each and for nobody else, and that the
+# survivors still exchange messages, then leaves rankR.pass. The launcher
+# keeps going, then waits for the lost node until its timeout: its status
+# is not the verdict.
+#   cluster_node_loss.sh RUN_CLUSTER mpirun|srun TW_MP_RANK
+set -eu
+run=$1 launcher=$2 rank=$3
+work=$(mktemp -d /tmp/twtest-nodeloss.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+chmod 0777 "$work"
+rc=0
+"$run" --launcher "$launcher" --keep-going --nodes 3 --np 6 --timeout 16 --cut n3@4 \
+  --env TW_TCP_TIMEOUT=2s --env TWTEST_NODE_LOSS_S=10 -- "$rank" node-loss "$work" 4,5 || rc=$?
+[ "$rc" -ne 77 ] || exit 77
+for r in 0 1 2 3 4 5; do
+  [ -f "$work/rank$r.up" ] || { echo "FAIL: rank $r never came up (launcher status $rc)"; exit 1; }
+done
+for r in 0 1 2 3; do
+  [ -f "$work/rank$r.pass" ] || { echo "FAIL: survivor rank $r did not pass (launcher status $rc)"; exit 1; }
+done
+echo "ok: n3 cut off under $launcher: ranks 4 and 5 failed at ranks 0-3, which still talk"
