@@ -143,6 +143,11 @@ typedef struct tw_rel_peer {
     uint64_t last_rx_ns, ping_due;
     unsigned pings; /* ping rounds since its last frame */
     bool down, left, reported;
+    /* A path of it closed cleanly before its goodbye came: it is
+     * finalizing. Nothing more is sent to it (it would not be received;
+     * over tcp, a dial it refuses), what it still sends on other paths is
+     * taken in, and its goodbye or its last path's close ends it. */
+    bool closing;
     /* The two per-message counters, bumped under p->lock (a plain load
      * and store, no atomic add) and summed into rel's stats on read, by
      * any thread (atomic relaxed). */

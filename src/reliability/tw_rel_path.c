@@ -60,11 +60,20 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
     if (was != g) {
         return; /* a standby path: nothing went over it */
     }
-    tw_stats_inc(rel->stats, TW_REL_STAT_FAILOVERS);
     if (what == NULL) {
-        tw_debug("rel", "path %s to rank %d closed (it is leaving): %s carries what is left",
-                 rel->paths[g].iface->name, peer, rel->paths[tw_rel_cur_path(p)].iface->name);
-    } else {
+        /* Closed cleanly, its goodbye not here yet: it is finalizing.
+         * What it still sends on other paths is taken in, but nothing
+         * goes to it any more -- it would not be received, and over tcp
+         * it would be a dial the rank refuses, an error line. Its goodbye
+         * (then p->left) or its last path's close fails what is left,
+         * quietly. */
+        tw_debug("rel", "path %s to rank %d closed (it is leaving): holding what is left",
+                 rel->paths[g].iface->name, peer);
+        p->closing = true;
+        return;
+    }
+    tw_stats_inc(rel->stats, TW_REL_STAT_FAILOVERS);
+    {
         tw_warn("rel", "path %s to rank %d failed (%s): failing over to %s",
                 rel->paths[g].iface->name, peer, what, rel->paths[tw_rel_cur_path(p)].iface->name);
     }

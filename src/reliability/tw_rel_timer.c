@@ -161,6 +161,22 @@ static bool tw_rel_keepalive(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t
         return true;
     }
     uint64_t silent = tw_rel_since(now, p->last_rx_ns);
+    if (p->closing) {
+        /* Finalizing (tw_rel_peer_t): no pings to it -- a dial it would
+         * refuse; silent for a keepalive period, it has left. */
+        if (silent >= rel->cfg.keepalive_ns) {
+            p->left = true;
+            if (!p->reported) {
+                p->reported = true;
+                todo->report = true;
+                todo->why = TW_OK;
+            }
+            tw_rel_peer_fail(rel, p, peer, "it closed without a goodbye", todo);
+            return false;
+        }
+        *next_p = TW_MIN(*next_p, p->last_rx_ns + rel->cfg.keepalive_ns);
+        return true;
+    }
     /* Failed once silent that long with misses - 1 pings unanswered:
      * last_rx_ns may be an earlier reading than the frame's arrival
      * (tw_rel_now_t), so a pass after a long pause of progress

@@ -179,6 +179,13 @@ tw_status_t tw_rel_tx_data(tw_rel_t *rel, tw_rel_peer_t *p, int peer, tw_rel_slo
     tw_status_t st;
     int g;
 
+    if (p->closing && !p->down) {
+        /* Finalizing (see tw_rel_peer_t): held, not sent; its goodbye or
+         * its last path's close decides. */
+        s->due_ns = now + s->rto_ns;
+        tw_rel_arm(rel, s->due_ns);
+        return TW_OK;
+    }
     for (;;) {
         g = tw_rel_cur_path(p);
         if (g < 0 || p->down) {
@@ -327,7 +334,7 @@ static inline void tw_rel_queue_and_send(tw_rel_t *rel, tw_rel_peer_t *p, int pe
     uint32_t seq = p->snd_nxt;
     tw_status_t tx = TW_ERR_AGAIN;
     int g = -1;
-    if (m->nfrags == 1 && p->q_head == NULL && seq - p->snd_una < TW_REL_WIN &&
+    if (m->nfrags == 1 && p->q_head == NULL && seq - p->snd_una < TW_REL_WIN && !p->closing &&
         (g = tw_rel_cur_path(p)) >= 0) {
         tx = tw_rel_frame_tx(rel, p, peer, m, 0, seq, g);
     }

@@ -36,6 +36,10 @@
  *   left_then_due   (regression) a peer said goodbye with our messages
  *                   unacknowledged: when due they fail, quietly, and
  *                   nothing is sent again;
+ *   closed_before_bye  (regression) a peer closed a path cleanly before
+ *                   its goodbye came: nothing more goes to it on any path,
+ *                   and after a silent keepalive period what is left
+ *                   fails, quietly;
  *   reenter         an arrival while the deliverer hands a message up:
  *                   queued, handed up after it;
  *   wrap            sequence numbers start 40 below 2^32, 5 % of frames
@@ -84,6 +88,7 @@ static const twt_case_t cases[] = {
     {"far_stale", case_far_stale},
     {"left_then_closed", case_left_then_closed},
     {"left_then_due", case_left_then_due},
+    {"closed_before_bye", case_closed_before_bye},
     {"reenter", case_reenter},
     {"wrap", case_wrap},
     {"corrupt", case_corrupt},

@@ -484,6 +484,56 @@ void case_left_then_due(void)
     case_end();
 }
 
+/* Every frame rank 0 gave either path, of any class. */
+static uint64_t rank0_sent_all(void)
+{
+    uint64_t n = 0;
+    for (int g = 0; g < 2; g++) {
+        for (int c = 0; c < TW_TL_FRAME_NCLASSES; c++) {
+            n += rig.wire.ep[0][g].sent[c];
+        }
+    }
+    return n;
+}
+
+/* Regression (tsan/cluster_alltoall_rel_srun_2n in CI, and
+ * api_inject_n2_rel now and then: a dial the finalizing rank refused, an
+ * error line): a peer's finalize closed one of its two paths cleanly
+ * before its goodbye reached us, with four of our messages
+ * unacknowledged. rel failed over and sent them again on the other path.
+ * Now nothing goes to it any more -- no failover, no retransmission, no
+ * ping -- and once it has been silent a keepalive period, what is left
+ * fails, quietly, as a departure. */
+void case_closed_before_bye(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+    uint64_t errors0 = tw_log_count(TW_LOG_ERROR), warns0 = tw_log_count(TW_LOG_WARN);
+
+    case_begin("a path closed cleanly before the goodbye: nothing more sent, quiet departure");
+    cfg.keepalive_ns = 50000000; /* 50 ms */
+    rig_open(&cfg, 2);
+    rig.wire.on_deliver = drop_rank0_data;
+    for (int i = 0; i < 4; i++) {
+        TWT_CHECK(send_msg(0, 20000) == TW_OK);
+    }
+    TWT_CHECK(pump(5, NULL));
+    rank_mute(1); /* it finalized: silent from now on */
+    uint64_t sent0 = rank0_sent_all();
+    twt_fake_report_down(&rig.wire, 0, 0, 1, TW_OK); /* its close of path 0 */
+    TWT_CHECK(pump(30, NULL));                       /* several retransmission timeouts */
+    TWT_EQ(rank0_sent_all(), sent0);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 0u);
+    TWT_EQ(rig.sides[0].downs, 0);
+    for (int i = 0; i < 4; i++) {
+        TWT_EQ(rig.sreqs[0][i].done, 0); /* held: its goodbye may still come */
+    }
+    TWT_CHECK(pump(200, NULL)); /* past the keepalive period */
+    TWT_EQ(rank0_sent_all(), sent0);
+    TWT_EQ(rig.sides[0].down_why, TW_OK);
+    four_failed_quietly(errors0, warns0);
+    case_end();
+}
+
 /* ---- an arrival while the deliverer hands one up ---------------------- */
 
 /* Hold rank 0's first two data frames. */

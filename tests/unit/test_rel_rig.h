@@ -128,6 +128,7 @@ void case_crc_long(void);
 void case_far_stale(void);
 void case_left_then_closed(void);
 void case_left_then_due(void);
+void case_closed_before_bye(void);
 void case_reenter(void);
 void case_wrap(void);
 void case_corrupt(void);
