@@ -148,6 +148,7 @@ typedef struct tw_rel_peer {
      * over tcp, a dial it refuses), what it still sends on other paths is
      * taken in, and its goodbye or its last path's close ends it. */
     bool closing;
+    uint64_t closing_ns; /* when it began (keepalive counts silence from then) */
     /* The two per-message counters, bumped under p->lock (a plain load
      * and store, no atomic add) and summed into rel's stats on read, by
      * any thread (atomic relaxed). */

@@ -69,7 +69,10 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
          * quietly. */
         tw_debug("rel", "path %s to rank %d closed (it is leaving): holding what is left",
                  rel->paths[g].iface->name, peer);
-        p->closing = true;
+        if (!p->closing) {
+            p->closing = true;
+            p->closing_ns = now;
+        }
         return;
     }
     tw_stats_inc(rel->stats, TW_REL_STAT_FAILOVERS);

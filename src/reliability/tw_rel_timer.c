@@ -163,8 +163,10 @@ static bool tw_rel_keepalive(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t
     uint64_t silent = tw_rel_since(now, p->last_rx_ns);
     if (p->closing) {
         /* Finalizing (tw_rel_peer_t): no pings to it -- a dial it would
-         * refuse; silent for a keepalive period, it has left. */
-        if (silent >= rel->cfg.keepalive_ns) {
+         * refuse; silent for a keepalive period since it began (what it
+         * still sends on another path may be on its way), it has left. */
+        uint64_t quiet = TW_MIN(silent, tw_rel_since(now, p->closing_ns));
+        if (quiet >= rel->cfg.keepalive_ns) {
             p->left = true;
             if (!p->reported) {
                 p->reported = true;
@@ -174,7 +176,7 @@ static bool tw_rel_keepalive(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t
             tw_rel_peer_fail(rel, p, peer, "it closed without a goodbye", todo);
             return false;
         }
-        *next_p = TW_MIN(*next_p, p->last_rx_ns + rel->cfg.keepalive_ns);
+        *next_p = TW_MIN(*next_p, TW_MAX(p->last_rx_ns, p->closing_ns) + rel->cfg.keepalive_ns);
         return true;
     }
     /* Failed once silent that long with misses - 1 pings unanswered:
