@@ -224,8 +224,18 @@ static int run_wait(int crash_rank, double seconds)
 #endif
 #endif
 
+/* The watcher (mid-transfer) and the main thread ("go") may both get
+ * here: the first one writes the files and dies, the other waits for it
+ * (both writing the same temporary file made one rename fail). */
 static void die_now(const char *how)
 {
+    static atomic_flag dying = ATOMIC_FLAG_INIT;
+
+    if (atomic_flag_test_and_set(&dying)) {
+        for (;;) {
+            pause();
+        }
+    }
     record_shm();
     write_file("victim.how", "%s\n", how);
     write_file("victim.t", "%.3f\n", now_ms());
@@ -679,8 +689,10 @@ static int run_node_loss(const char *lost_list)
 
     TW_MP_CHECK(lost != NULL && list != NULL, "out of memory");
     for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-        int r = atoi(t);
-        TW_MP_CHECK(r >= 0 && r < size && !lost[r], "bad lost rank '%s'", t);
+        char *end;
+        long r = strtol(t, &end, 10);
+        TW_MP_CHECK(*end == '\0' && end != t && r >= 0 && r < size && !lost[r],
+                    "bad lost rank '%s' (ranks 0..%d, each once)", t, size - 1);
         lost[r] = true;
         nlost++;
     }
