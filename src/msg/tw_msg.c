@@ -206,16 +206,19 @@ static void tw_msg_fail_recv(tw_match_recv_t *r, void *arg)
     tw_msg_end_recv(r, TW_ERR_PEER_FAILED);
 }
 
-void tw_msg_peer_down(tw_msg_t *msg, int peer)
+bool tw_msg_peer_down(tw_msg_t *msg, int peer)
 {
     if (peer < 0 || peer >= msg->size) {
-        return;
+        return false;
     }
     /* Flag first, then sweep: a receive posted after the sweep sees the
      * flag (tw_msg_recv looks again after posting). */
-    atomic_store_explicit(&msg->down[peer], 1, memory_order_seq_cst);
+    if (atomic_exchange_explicit(&msg->down[peer], 1, memory_order_seq_cst) != 0) {
+        return false;
+    }
     tw_match_fail_src(&msg->match, peer, tw_msg_fail_recv, msg);
     tw_rma_peer_down(msg->rma, peer);
+    return true;
 }
 
 tw_rma_t *tw_msg_rma(tw_msg_t *msg)

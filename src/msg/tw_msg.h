@@ -49,8 +49,10 @@ void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
 void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len, size_t len,
                     tw_tl_rndv_t *rndv);
 /** @p peer is gone: sends to it return TW_ERR_PEER_FAILED from now on, and
- * receives posted for it (exact or masked) complete with it. Thread: any. */
-void tw_msg_peer_down(tw_msg_t *msg, int peer);
+ * receives posted for it (exact or masked) complete with it. True the
+ * first time for @p peer (several roots may reach it and each report it:
+ * a transport and the leaders' route). Thread: any. */
+bool tw_msg_peer_down(tw_msg_t *msg, int peer);
 
 tw_status_t tw_msg_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,
                         tw_cq_t *cq, void *user);

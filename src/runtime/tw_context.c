@@ -315,9 +315,8 @@ static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
     tw_error_handler_t fn;
     void *fn_arg;
 
-    tw_msg_peer_down(impl->msg, peer);
-    if (why == TW_OK) {
-        return;
+    if (!tw_msg_peer_down(impl->msg, peer) || why == TW_OK) {
+        return; /* reported already (by another root that reaches it), or it left */
     }
     /* Down for now (a port went down): without rel the peer has no other
      * path, so it is a failure here, reported as one. */

@@ -220,6 +220,7 @@ tw_status_t tw_tl_iface_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops,
     iface->attr = *attr;
     iface->rank = params->rank;
     iface->size = params->size;
+    iface->tap = NULL;
     iface->inner = NULL;
     iface->ninner = 0;
     iface->closing = false;
@@ -237,14 +238,75 @@ void tw_tl_wrapper_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops, const tw_t
     iface->stats = stats;
     iface->rank = params->rank;
     iface->size = params->size;
+    iface->tap = NULL;
     iface->inner = inner;
     iface->ninner = n;
     iface->closing = false;
     tw_tl_iface_bind(iface, params);
 }
 
+/* ---- taps ----------------------------------------------------------------- */
+
+static void tw_tl_tap_recv(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
+                           const void *data, size_t len)
+{
+    tw_tl_tap_t *tap = arg;
+
+    if (am_id == tap->am_id) {
+        tap->recv(tap, src, hdr, hdr_len, data, len);
+    } else {
+        tap->up_recv(tap->up_recv_arg, src, am_id, hdr, hdr_len, data, len);
+    }
+}
+
+static void tw_tl_tap_recv_rndv(void *arg, int src, uint8_t am_id, const void *hdr, size_t hdr_len,
+                                size_t len, tw_tl_rndv_t *rndv)
+{
+    tw_tl_tap_t *tap = arg;
+
+    tap->up_recv_rndv(tap->up_recv_arg, src, am_id, hdr, hdr_len, len, rndv);
+}
+
+static void tw_tl_tap_peer_down(void *arg, int peer, tw_status_t why)
+{
+    tw_tl_tap_t *tap = arg;
+
+    if (tap->up_peer_down != NULL) {
+        tap->up_peer_down(tap->up_peer_down_arg, peer, why);
+    }
+    tap->peer_down(tap, peer, why);
+}
+
+void tw_tl_tap(tw_tl_iface_t *iface, tw_tl_tap_t *tap)
+{
+    tap->iface = iface;
+    tap->up_recv = iface->recv;
+    tap->up_recv_rndv = iface->recv_rndv;
+    tap->up_recv_arg = iface->recv_arg;
+    tap->up_peer_down = iface->peer_down;
+    tap->up_peer_down_arg = iface->peer_down_arg;
+    iface->tap = tap;
+    iface->recv = tw_tl_tap_recv;
+    iface->recv_rndv = tap->up_recv_rndv != NULL ? tw_tl_tap_recv_rndv : NULL;
+    iface->recv_arg = tap;
+    iface->peer_down = tw_tl_tap_peer_down;
+    iface->peer_down_arg = tap;
+}
+
 void tw_tl_iface_bind(tw_tl_iface_t *iface, const tw_tl_params_t *up)
 {
+    if (iface->tap != NULL) {
+        tw_tl_tap_t *tap = iface->tap;
+        tap->up_recv = up->recv;
+        tap->up_recv_rndv = up->recv_rndv;
+        tap->up_recv_arg = up->recv_arg;
+        tap->up_peer_down = up->peer_down;
+        tap->up_peer_down_arg = up->peer_down_arg;
+        iface->recv_rndv = up->recv_rndv != NULL ? tw_tl_tap_recv_rndv : NULL;
+        iface->inline_am_ids = up->inline_am_ids;
+        iface->am_class = up->am_class;
+        return;
+    }
     iface->recv = up->recv;
     iface->recv_arg = up->recv_arg;
     iface->inline_am_ids = up->inline_am_ids;
@@ -331,11 +393,16 @@ void tw_tl_close(tw_tl_iface_t *root)
 {
     /* The wrapper owns the array of its inner ifaces: close them first,
      * then the wrapper, which frees it. */
+    tw_tl_tap_t *tap = root->tap;
+
     root->closing = true;
     for (unsigned i = 0; i < root->ninner; i++) {
         tw_tl_close(root->inner[i]);
     }
     root->ops->iface_close(root);
+    if (tap != NULL) {
+        tap->release(tap);
+    }
 }
 
 /* ---- rendezvous handed over ----------------------------------------------- */

@@ -66,6 +66,7 @@
 
 typedef struct tw_tl_iface tw_tl_iface_t;
 typedef struct tw_tl_ops tw_tl_ops_t;
+typedef struct tw_tl_tap tw_tl_tap_t;
 
 /** Local completion of a zero-copy operation. Embed it in the request;
  * cb runs exactly once, on the progress engine owner. */
@@ -125,6 +126,9 @@ enum {
      * am_short / am_zcopy (self): a layer that sends with a lock held must
      * not give it ids of its own as inline. */
     TW_TL_CAP_INLINE_SEND = 1u << 8,
+    /* An iface beside others (TW_TL_CAP_BESIDE) that goes before them in
+     * routing order (leader routing), not after them. */
+    TW_TL_CAP_FIRST = 1u << 9,
     /* Selection (ops->caps only). */
     TW_TL_CAP_ALWAYS_ON = 1u << 16, /* opened whatever the transport list says */
     TW_TL_CAP_OPT_IN = 1u << 17,    /* opened only when the transport list names it */
@@ -133,6 +137,12 @@ enum {
     /* Every rank must run it: its address entry is marked so, and a peer
      * that has it where we do not (or the reverse) is an error. */
     TW_TL_CAP_JOB_WIDE = 1u << 20,
+    /* A wrapper that opens beside the roots it wants instead of over
+     * them: it taps them (tw_tl_tap) -- their callbacks stay the layer
+     * above's -- and joins them as one more root, first or last in
+     * routing order (TW_TL_CAP_FIRST on the iface it opened). A layer
+     * that wraps them all later (rel) takes it as one more path. */
+    TW_TL_CAP_BESIDE = 1u << 21,
 };
 
 /* Services the layer above asks of the stack (tw_tl_params_t.features). */
@@ -222,6 +232,8 @@ struct tw_tl_iface {
     tw_tl_rndv_fn_t recv_rndv;
     tw_tl_peer_down_fn_t peer_down;
     void *peer_down_arg;
+    /* Another layer's tap on this iface (tw_tl_tap), or NULL. */
+    tw_tl_tap_t *tap;
     /* A wrapper's inner ifaces (owned: closed with it); none for a transport. */
     tw_tl_iface_t *const *inner;
     unsigned ninner;
@@ -406,6 +418,37 @@ void tw_tl_iface_cleanup(tw_tl_iface_t *iface);
  * transport. Transports read them at each use, never a copy. Thread: the
  * caller of tw_init, before traffic (the engines have not started). */
 void tw_tl_iface_bind(tw_tl_iface_t *iface, const tw_tl_params_t *up);
+
+/* ---- taps -------------------------------------------------------------- */
+
+/** A layer beside the roots (TW_TL_CAP_BESIDE) sends through an iface it
+ * does not own and takes from it only its own frames: arrivals of
+ * @p am_id go to @p recv, everything else to the layer above as bound;
+ * every peer_down goes to the layer above first, then to @p peer_down.
+ * The iface keeps the tap until it closes, then calls @p release (after
+ * its iface_close: nothing is delivered through the tap any more), so a
+ * tap may outlive the layer that made it. Callbacks run on the threads
+ * the iface delivers on. */
+struct tw_tl_tap {
+    uint8_t am_id;
+    tw_tl_iface_t *iface; /* the tapped iface */
+    void (*recv)(tw_tl_tap_t *tap, int src, const void *hdr, size_t hdr_len, const void *data,
+                 size_t len);
+    void (*peer_down)(tw_tl_tap_t *tap, int peer, tw_status_t why);
+    void (*release)(tw_tl_tap_t *tap);
+    /* The layer above's callbacks (tw_tl_iface_bind writes them here
+     * while the tap is on). */
+    tw_tl_recv_fn_t up_recv;
+    tw_tl_rndv_fn_t up_recv_rndv;
+    void *up_recv_arg;
+    tw_tl_peer_down_fn_t up_peer_down;
+    void *up_peer_down_arg;
+};
+
+/** Put @p tap on @p iface (no tap yet): the layer above's callbacks move
+ * into it, and @p iface delivers through it from now on. Thread: the
+ * caller of tw_init, before traffic. */
+void tw_tl_tap(tw_tl_iface_t *iface, tw_tl_tap_t *tap);
 
 /** The operation bits of TW_TL_CAP_*. */
 #define TW_TL_CAP_OPS_MASK 0xffffu
