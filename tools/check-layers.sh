@@ -3,7 +3,8 @@
 # Copyright (c) 2026 The threadwire authors
 #
 # Dependencies point one way: core <- progress, shmem (segments) <-
-# transports <- reliability <- msg <- runtime. A module may include its own
+# transports <- reliability, routing (layers over and beside the
+# transports; neither sees the other) <- msg <- runtime. A module may include its own
 # headers and those of lower layers only. Inside transports, a transport
 # includes base/ and its own directory, never another transport's; above
 # transports, only base/ (the ops table) is visible: the runtime composes
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/../src"
 rank() {
   case $1 in
     core) echo 0 ;; progress | shmem) echo 1 ;; transports) echo 2 ;;
-    reliability) echo 3 ;; msg) echo 4 ;; runtime) echo 5 ;; *) echo -1 ;;
+    reliability | routing) echo 3 ;; msg) echo 4 ;; runtime) echo 5 ;; *) echo -1 ;;
   esac
 }
 bad=0

@@ -41,6 +41,9 @@ typedef enum tw_lock_rank {
     TW_LOCK_RANK_MATCH_WILD = 28,   /* msg: the any-source receive list */
     TW_LOCK_RANK_REL_PEER = 40,     /* reliability: a peer */
     TW_LOCK_RANK_REL_ARM = 42,      /* reliability: the timer */
+    TW_LOCK_RANK_ROUTE_OUT = 44,    /* routing: numbering frames to a rank */
+    TW_LOCK_RANK_ROUTE_Q = 45,      /* routing: what waits for a next hop */
+    TW_LOCK_RANK_ROUTE_REASM = 46,  /* routing: a sender's frames handed up */
     TW_LOCK_RANK_LOSSY = 50,        /* transports: a fault injector */
     TW_LOCK_RANK_SHM_SEND = 52,     /* transports: shm senders into one ring */
     TW_LOCK_RANK_VERBS_ASYNC = 54,  /* transports: the async event thread's devices */

@@ -9,8 +9,10 @@
  *            usable here; a job of one needs only what is always on;
  *  open      each one, with the layer above's callbacks (msg) and the job;
  *  wrap      the wrappers of tw_tl_wrappers (over single transports:
- *            fault injection), then the layers of tw_stack_layers (over
- *            all of them: reliability), each where its wrap_wants says;
+ *            fault injection), then the layers of tw_stack_layers
+ *            (beside the transports: routing through node leaders, one
+ *            more root that sends through them; over all of them:
+ *            reliability), each where its wrap_wants says;
  *            the roots of the trees that result are impl->tops, in
  *            routing order, and every iface is registered with its engine;
  *  exchange  every iface's address entry, inner ifaces first, into one
@@ -27,12 +29,14 @@
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "reliability/tw_rel.h"
+#include "routing/tw_route.h"
 #include "runtime/tw_addr_proto.h"
 #include "runtime/tw_bootstrap.h"
 #include "runtime/tw_context_int.h"
 
-/* Over every transport: reliability. */
-const tw_tl_ops_t *const tw_stack_layers[] = {&tw_rel_ops, NULL};
+/* Beside the transports: node-leader routing; over every transport (and
+ * the routing): reliability. */
+const tw_tl_ops_t *const tw_stack_layers[] = {&tw_route_ops, &tw_rel_ops, NULL};
 
 /* A wrapper or layer of that name, or NULL. */
 static const tw_tl_ops_t *tw_stack_find_layer(const char *name)
@@ -164,6 +168,25 @@ static tw_status_t tw_stack_wrap(tw_ctx_impl_t *impl, const tw_tl_params_t *up,
         }
     }
     if (n == 0) {
+        return TW_OK;
+    }
+    if (w->caps & TW_TL_CAP_BESIDE) {
+        if (impl->ntop == TW_CTX_MAX_TL) {
+            tw_error("init", "more than %d transports", TW_CTX_MAX_TL);
+            return TW_ERR_INVALID;
+        }
+        st = tw_tl_wrap_open(w, sel, n, up, &iface);
+        if (st != TW_OK) {
+            tw_error("init", "cannot open %s beside the transports: %s", w->name, tw_strerror(st));
+            return st;
+        }
+        if (iface->caps & TW_TL_CAP_FIRST) {
+            memmove(&impl->tops[1], &impl->tops[0], impl->ntop * sizeof(impl->tops[0]));
+            impl->tops[0] = iface;
+        } else {
+            impl->tops[impl->ntop] = iface;
+        }
+        impl->ntop++;
         return TW_OK;
     }
     if ((w->caps & TW_TL_CAP_WRAP_ALL) == 0) {
