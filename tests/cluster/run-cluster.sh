@@ -7,7 +7,7 @@
 #
 #   run-cluster.sh --launcher mpirun|srun|none --nodes N --np P
 #                  [--env VAR=VAL]... [--timeout S] [--cut NODE@S[+D]]...
-#                  [--keep-going] -- prog args...
+#                  [--keep-going] [--launcher-pid FILE] [--linger S] -- prog args...
 #
 # The whole scenario runs in private mount, network, UTS and PID namespaces
 # (unshare), so the host's network is never touched, parallel runs cannot
@@ -42,6 +42,12 @@
 #                  every rank once one dies. The exit status is then the
 #                  launcher's: mpirun says 0 after a recovered death, srun
 #                  the dead rank's status.
+#   --launcher-pid FILE  write the launcher's pid (mpirun, srun; as the
+#                  scenario's PID namespace numbers it, like the ranks'
+#                  own pids) to FILE once it runs, for a rank to kill it.
+#   --linger S     when the launcher has ended, give what it leaves behind
+#                  (orted, slurmstepd, ranks) up to S seconds to exit by
+#                  itself before the teardown stops it.
 # The program sees TWCLUSTER_NODES ("n1 n2 ..."), TWCLUSTER_SUBNET,
 # TWCLUSTER_LINK (cluster-link.sh) and TWCLUSTER_DIR (scratch, shared).
 # Exit 77 with a reason when root, unshare, ip, nft, namespaces or the
@@ -63,6 +69,7 @@ usage() {
 }
 
 launcher="" nodes=2 np="" timeout=45 envs=() cuts=() prog=() keep_going=0
+launcher_pid="" linger=0
 parse_args() {
   while [ $# -gt 0 ]; do
     case $1 in
@@ -73,6 +80,8 @@ parse_args() {
       --timeout) timeout=${2:-}; shift 2 ;;
       --cut) cuts+=("${2:-}"); shift 2 ;;
       --keep-going) keep_going=1; shift ;;
+      --launcher-pid) launcher_pid=${2:-}; shift 2 ;;
+      --linger) linger=${2:-}; shift 2 ;;
       --) shift; prog=("$@"); break ;;
       *) usage ;;
     esac
@@ -83,6 +92,7 @@ parse_args() {
   np=${np:-$nodes}
   [[ $np =~ ^[0-9]+$ ]] && [ "$np" -ge "$nodes" ] || die "--np takes a number >= --nodes"
   [[ $timeout =~ ^[0-9]+$ ]] || die "--timeout takes seconds"
+  [[ $linger =~ ^[0-9]+$ ]] || die "--linger takes seconds"
   local e c
   for e in ${envs[@]+"${envs[@]}"}; do
     [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env takes VAR=VAL, not '$e'"
@@ -205,6 +215,24 @@ keep_logs() {
   done
 }
 
+# The live processes of this PID namespace but PID 1, this shell, PIDS and
+# the children of PIDS (slurmctld's slurmscriptd, a cut's sleep).
+others() { # PIDS...
+  local i st
+  for i in /proc/[0-9]*; do
+    i=${i#/proc/}
+    [ "$i" != 1 ] || continue
+    { st=$(<"/proc/$i/stat"); } 2>/dev/null && [ -e "/proc/$i/exe" ] || continue
+    st=${st##*) } # after "pid (comm) ": state ppid ...
+    st=${st#* }
+    case " $* $BASHPID " in *" $i "* | *" ${st%% *} "*) continue ;; esac
+    echo "$i"
+  done
+}
+
+# --linger: nothing the launcher left runs (the daemons and cuts aside).
+job_left_gone() { [ -z "$(others ${pids[@]+"${pids[@]}"})" ]; }
+
 scenario_down() {
   local left i
   [ $stopping -eq 0 ] || return 0
@@ -213,8 +241,7 @@ scenario_down() {
   # the daemons and cuts in reverse order of their start.
   [ -z "$job" ] || stop_pids "$job"
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pids "${pids[i]}"; done
-  left=$(ls /proc | grep -E '^[0-9]+$' | grep -vx -e 1 -e "$BASHPID" || true)
-  left=$(for i in $left; do if [ -e /proc/$i/exe ]; then echo "$i"; fi; done)
+  left=$(others)
   if [ -n "$left" ]; then
     log "stopping leftovers: $(for i in $left; do tr '\0' ' ' </proc/$i/cmdline; echo; done 2>/dev/null)"
     stop_pids $left
@@ -373,7 +400,7 @@ srun_cmd() {
 }
 
 inside() {
-  local rc=0
+  local rc=0 left
   work=$1
   shift
   parse_args "$@"
@@ -389,10 +416,15 @@ inside() {
     none) launch=("${prog[@]}") ;;
   esac
   start_cuts
+  [ -z "$launcher_pid" ] || launch=(sh -c 'echo $$ >"$0" && exec "$@"' "$launcher_pid" "${launch[@]}")
   timeout -k 5 "$timeout" "${launch[@]}" &
   job=$!
   wait $job || rc=$?
   job=""
+  if [ "$linger" -gt 0 ] && ! wait_for "$linger" job_left_gone; then
+    mapfile -t left < <(others ${pids[@]+"${pids[@]}"})
+    log "still running $linger s after the launcher ended: ${left[*]}"
+  fi
   [ $rc -ne 124 ] || log "the job did not finish within $timeout s"
   keep_logs $rc
   scenario_down
