@@ -34,9 +34,10 @@ static const tw_cfg_entry_t tw_route_cfg_entries[] = {
      .offset = offsetof(tw_route_cfg_t, mode)},
     {.name = "TW_ROUTE_LINGER",
      .type = TW_CFG_DURATION,
-     .defval = "10s",
-     .help = "routing: at tw_finalize, a node's leader keeps passing frames on for this long at "
-             "most, until every other rank of its node has left",
+     .defval = "0",
+     .help = "leader routing: at tw_finalize, a node's leader keeps passing frames on until "
+             "every other rank of its node has left or failed, or this long at most; 0 = no "
+             "limit",
      .offset = offsetof(tw_route_cfg_t, linger_ns)},
 };
 
@@ -311,14 +312,16 @@ static bool tw_route_reachable(tw_tl_iface_t *iface, int peer)
     return peer >= 0 && peer < rt->size && rt->node_of[peer] != rt->node;
 }
 
-/* Nothing of ours waits, and (a leader) every other rank of our node has
- * left or failed. */
+/* Nothing of ours waits, and (a leader of leader routing) every other
+ * rank of our node has left or failed. */
 static bool tw_route_done(tw_route_t *rt)
 {
+    bool stays = rt->is_leader && rt->cfg.mode == TW_ROUTE_LEADER;
+
     if (!tw_route_queues_empty(rt)) {
         return false;
     }
-    for (int x = 0; rt->is_leader && x < rt->size; x++) {
+    for (int x = 0; stays && x < rt->size; x++) {
         if (x != rt->rank && rt->node_of[x] == rt->node &&
             !atomic_load_explicit(&rt->gone[x], memory_order_acquire)) {
             return false;
@@ -327,14 +330,20 @@ static bool tw_route_done(tw_route_t *rt)
     return true;
 }
 
+/* Under leader routing a leader stays, passing frames on, until the other
+ * ranks of its node have left (they may still talk to other nodes through
+ * it), or TW_ROUTE_LINGER. As rel's last path (direct), it does not wait
+ * for them: a rank that fails over to the leaders' route after its
+ * leader left finds that path failed, as any other. */
 static void tw_route_quiesce(tw_tl_iface_t *iface)
 {
     tw_route_t *rt = (tw_route_t *)iface;
-    uint64_t deadline = tw_time_ns() + rt->cfg.linger_ns;
+    uint64_t start = tw_time_ns(), next_note = start + 10000000000ull;
     tw_backoff_t b = TW_BACKOFF_INIT;
 
     while (!tw_route_done(rt)) {
-        if (tw_time_ns() >= deadline) {
+        uint64_t now = tw_time_ns();
+        if (rt->cfg.linger_ns != 0 && now - start >= rt->cfg.linger_ns) {
             tw_warn("route",
                     "finalize: %s after %llu ms (TW_ROUTE_LINGER): leaving; what still goes "
                     "through this rank is lost",
@@ -342,6 +351,10 @@ static void tw_route_quiesce(tw_tl_iface_t *iface)
                                               : "frames still wait to be passed on",
                     (unsigned long long)(rt->cfg.linger_ns / 1000000));
             break;
+        }
+        if (now >= next_note) {
+            tw_info("route", "finalize: this node's leader waits for its other ranks to leave");
+            next_note = now + 10000000000ull;
         }
         if (!tw_pe_has_thread(rt->pe)) {
             tw_pe_progress(rt->pe);
