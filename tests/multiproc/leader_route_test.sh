@@ -23,6 +23,9 @@
 #               node-loss), and still talk
 #     rank_kill the same, rank 5 alone (not a leader): its leader tells
 #               the other leaders, who tell their nodes
+#     leader_kill the same under TW_RELIABLE=1, rank 2 alone (node 1's
+#               leader): the others fail it alone -- rank 3, its node's
+#               other rank, stays reachable over rel's direct paths
 #     mismatch  rank 1 asks for TW_ROUTE=leader, the others not: tw_init
 #               fails on every rank, naming the variable
 set -eu
@@ -41,7 +44,7 @@ kill_case() {
   local lost=$1 victims=$2 work pid r
   work=$(mktemp -d /tmp/twtest-leader.XXXXXX)
   trap 'rm -rf "$work"' RETURN
-  TW_ROUTE=leader TW_NODE_ID=0,0,1,1,2,2 TWTEST_NODE_LOSS_S=20 \
+  TW_ROUTE=leader TW_NODE_ID=0,0,1,1,2,2 TWTEST_NODE_LOSS_S=20 TW_RELIABLE=${rel:-0} \
     "$twrun" --keep-going -n 6 "$mprank" node-loss "$work" "$lost" >"$work/out" 2>&1 &
   pid=$!
   for _ in $(seq 300); do
@@ -112,6 +115,11 @@ node_kill)
 rank_kill)
   kill_case 5 5
   echo "rank_kill: rank 5 killed: its leader told the others, who failed it alone, still talk"
+  ;;
+leader_kill)
+  rel=1 kill_case 2 2
+  echo "leader_kill: node 1's leader killed under TW_RELIABLE=1: the others failed it alone," \
+    "and reach rank 3 directly"
   ;;
 mismatch)
   rc=0
