@@ -151,9 +151,9 @@ void tw_tl_noop_quiesce(tw_tl_iface_t *iface)
     (void)iface;
 }
 
-#define TW_TL_CAP_DEFINED                                                           \
-    (((TW_TL_CAP_INLINE_SEND << 1) - 1u) | TW_TL_CAP_ALWAYS_ON | TW_TL_CAP_OPT_IN | \
-     TW_TL_CAP_WRAPPER | TW_TL_CAP_WRAP_ALL | TW_TL_CAP_JOB_WIDE)
+#define TW_TL_CAP_DEFINED                                                                         \
+    (((TW_TL_CAP_FIRST << 1) - 1u) | TW_TL_CAP_ALWAYS_ON | TW_TL_CAP_OPT_IN | TW_TL_CAP_WRAPPER | \
+     TW_TL_CAP_WRAP_ALL | TW_TL_CAP_JOB_WIDE | TW_TL_CAP_BESIDE)
 
 bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
 {
@@ -195,7 +195,7 @@ bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
     if ((ops->caps & TW_TL_CAP_ALWAYS_ON) && (ops->caps & TW_TL_CAP_OPT_IN)) {
         return false;
     }
-    if (!wrapper && (ops->caps & TW_TL_CAP_WRAP_ALL)) {
+    if (!wrapper && (ops->caps & (TW_TL_CAP_WRAP_ALL | TW_TL_CAP_BESIDE | TW_TL_CAP_FIRST))) {
         return false;
     }
     /* No bit nobody defined. */
