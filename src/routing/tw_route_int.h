@@ -99,6 +99,9 @@ typedef struct tw_route_out {
 
 typedef struct tw_route tw_route_t;
 
+/* A rank of another node, for us. */
+enum { TW_ROUTE_UP, TW_ROUTE_LEFT, TW_ROUTE_DOWN };
+
 typedef struct tw_route_tap {
     tw_tl_tap_t tap;
     tw_route_t *rt;

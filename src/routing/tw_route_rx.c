@@ -27,11 +27,29 @@ static tw_route_t *tw_route_of_tap(tw_tl_tap_t *tap)
     return ((tw_route_tap_t *)(void *)tap)->rt;
 }
 
-/* Report @p gone (a rank of another node) unreachable up, once. */
+/* @p gone (a rank of another node) is unreachable: sends to it fail from
+ * now on. Failed: reported up once, and what still comes from it is
+ * dropped. Left cleanly, with no rel above: not reported up, and what
+ * still comes from it is taken -- the news may overtake its last frames
+ * (they cross other threads), and msg would fail the receives they
+ * match. With rel above (which orders), a departure is reported. */
 static void tw_route_mark_down(tw_route_t *rt, int gone, tw_status_t why)
 {
-    if (rt->node_of[gone] == rt->node ||
-        atomic_exchange_explicit(&rt->down[gone], 1, memory_order_acq_rel) != 0) {
+    uint8_t want = why == TW_OK && rt->ordered ? TW_ROUTE_LEFT : TW_ROUTE_DOWN;
+    uint8_t was;
+
+    if (rt->node_of[gone] == rt->node) {
+        return;
+    }
+    was = atomic_load_explicit(&rt->down[gone], memory_order_acquire);
+    do {
+        if (was == TW_ROUTE_DOWN || was == want) {
+            return;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&rt->down[gone], &was, want,
+                                                    memory_order_acq_rel, memory_order_acquire));
+    if (want == TW_ROUTE_LEFT) {
+        tw_debug("route", "rank %d left", gone);
         return;
     }
     tw_stats_inc(rt->stats, TW_ROUTE_STAT_DOWNS);
@@ -319,7 +337,8 @@ void tw_route_tap_recv(tw_tl_tap_t *tap, int from, const void *hdr, size_t hdr_l
         tw_route_forward(rt, next, buf, hdr_len, data, len);
         return;
     }
-    if (h.src == rt->rank || atomic_load_explicit(&rt->down[h.src], memory_order_acquire)) {
+    if (h.src == rt->rank ||
+        atomic_load_explicit(&rt->down[h.src], memory_order_acquire) == TW_ROUTE_DOWN) {
         tw_stats_inc(rt->stats, TW_ROUTE_STAT_DROPPED); /* from a rank gone for us */
         return;
     }
