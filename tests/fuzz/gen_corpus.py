@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
 # Copyright (c) 2026 The threadwire authors
-"""Seed corpus of the TCP wire-format fuzzers, and known answers for
-tests/unit/test_tcp_proto.c.
+"""Seed corpus of the TCP and route wire-format fuzzers, and known answers
+for tests/unit/test_tcp_proto.c and tests/unit/test_route_proto.c.
 
-The messages are built here from the format in
-src/transports/tcp/tw_tcp_proto.h, not with the C packers, so the seeds and
-the unit test's constants are an independent reading of the format. The
-SipHash-2-4 below is written from the paper; it reproduces the reference
-implementation's vectors (checked at start).
+The messages are built here from the formats in
+src/transports/tcp/tw_tcp_proto.h and src/routing/tw_route_proto.h, not
+with the C packers, so the seeds and the unit tests' constants are an
+independent reading of the formats. The SipHash-2-4 below is written from
+the paper, the CRC32C from its polynomial; both reproduce published check
+values (checked at start).
 
-  tests/fuzz/gen_corpus.py            rewrite tests/fuzz/corpus/{tcp_hs,tcp_frame,tcp_addr}/
-  tests/fuzz/gen_corpus.py --vectors  print the C tables the unit test holds
+  tests/fuzz/gen_corpus.py            rewrite tests/fuzz/corpus/{tcp_hs,tcp_frame,tcp_addr,route_frame}/
+  tests/fuzz/gen_corpus.py --vectors  print the C tables the unit tests hold
 """
 import os
 import random
@@ -221,6 +222,95 @@ def addr_seeds():
     }
 
 
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720)
+
+ROUTE_VERSION, ROUTE_DATA, ROUTE_DOWN = 1, 1, 2
+R_FIRST, R_LAST, R_SEQ = 1, 2, 4
+DOWN_LEFT, DOWN_FAILED = 0, 1
+ROUTE_SIZE = 16  # the job size the route fuzzer passes for these seeds (input byte 0)
+
+
+def route_hdr(typ, am_id, hops, hdr_len, flags, src, dst, msg_len, offset, seq,
+              version=ROUTE_VERSION, reserved=0, crc=None):
+    # version u8 | type u8 | am_id u8 | hops u8 | hdr_len u16 | flags u8 | reserved u8 |
+    # src i32 | dst i32 | msg_len u32 | offset u32 | crc u32 | seq u32
+    def pack(c):
+        return struct.pack("<BBBBHBBiiIIII", version, typ, am_id, hops, hdr_len, flags, reserved,
+                           src, dst, msg_len, offset, c, seq)
+    return pack(crc32c(pack(0)) if crc is None else crc)
+
+
+def route_first():
+    # The first of a 10000-byte message from rank 3 to rank 12 in 3 fragments
+    # (4000, 4000, 2000), numbered from 7, one hop on, 24 upper header bytes:
+    # the unit test's known bytes.
+    return route_hdr(ROUTE_DATA, 33, 1, 24, R_FIRST | R_SEQ, 3, 12, 10000, 0, 7)
+
+
+def route_input(hdr, uhdr=b"", payload=b"", size=ROUTE_SIZE, seal=False):
+    # The fuzzer's input: byte 0 the job size - 1 (bit 7: the harness seals
+    # the header), bytes 1-2 the transport header length, then the header,
+    # the upper header and the payload.
+    head = hdr + uhdr
+    return bytes([(size - 1) | (0x80 if seal else 0)]) + struct.pack("<H", len(head)) + head + payload
+
+
+def route_seeds():
+    first = route_first()
+    uhdr = bytes(range(24))
+    rnd = random.Random(20260104)
+    D = ROUTE_DATA
+    return {
+        "single": route_input(route_hdr(D, 7, 0, 8, R_FIRST | R_LAST | R_SEQ, 1, 9, 40, 0, 0),
+                              uhdr[:8], b"\x5a" * 40),
+        "single_unordered": route_input(route_hdr(D, 7, 2, 0, R_FIRST | R_LAST, 9, 1, 16, 0, 0),
+                                        b"", b"\x11" * 16),
+        "empty": route_input(route_hdr(D, 0, 0, 0, R_FIRST | R_LAST | R_SEQ, 0, 15, 0, 0, 1)),
+        "first": route_input(route_hdr(D, 33, 1, 24, R_FIRST | R_SEQ, 3, 12, 100, 0, 7), uhdr,
+                             b"\x01" * 40),
+        "middle": route_input(route_hdr(D, 33, 1, 0, R_SEQ, 3, 12, 100, 40, 8), b"", b"\x02" * 40),
+        "last": route_input(route_hdr(D, 33, 2, 0, R_LAST | R_SEQ, 3, 12, 100, 80, 9), b"",
+                            b"\x03" * 20),
+        "last_empty": route_input(route_hdr(D, 33, 2, 0, R_LAST, 3, 12, 100, 100, 0)),
+        "down_left": route_input(route_hdr(ROUTE_DOWN, DOWN_LEFT, 0, 0, 0, 0, 5, 0, 0, 0)),
+        "down_failed": route_input(route_hdr(ROUTE_DOWN, DOWN_FAILED, 1, 0, 0, 2, 15, 0, 0, 0)),
+        "first_fragment_header": route_input(first, uhdr),
+        # Wrong in one field each, sealed: the field checks behind the checksum.
+        "bad_crc": route_input(route_hdr(D, 7, 0, 0, R_FIRST | R_LAST, 1, 9, 0, 0, 0, crc=1)),
+        "bad_crc_sealed": route_input(route_hdr(D, 7, 0, 0, R_FIRST | R_LAST, 1, 9, 0, 0, 0, crc=1),
+                                      seal=True),
+        "bad_version": route_input(route_hdr(D, 7, 0, 0, R_FIRST | R_LAST, 1, 9, 0, 0, 0, version=2)),
+        "reserved": route_input(route_hdr(D, 7, 0, 0, R_FIRST | R_LAST, 1, 9, 0, 0, 0, reserved=1)),
+        "rank_out": route_input(route_hdr(D, 7, 0, 0, R_FIRST | R_LAST, 1, 16, 0, 0, 0)),
+        "hops_3": route_input(route_hdr(D, 7, 3, 0, R_FIRST | R_LAST, 1, 9, 0, 0, 0)),
+        "down_with_payload": route_input(route_hdr(ROUTE_DOWN, 1, 0, 0, 0, 0, 5, 0, 0, 0),
+                                         b"", b"\x00"),
+        "down_bad_how": route_input(route_hdr(ROUTE_DOWN, 2, 0, 0, 0, 0, 5, 0, 0, 0)),
+        "bad_type": route_input(route_hdr(3, 7, 0, 0, R_FIRST | R_LAST, 1, 9, 0, 0, 0)),
+        "hdr_len_lies": route_input(route_hdr(D, 7, 0, 9, R_FIRST | R_LAST, 1, 9, 0, 0, 0), uhdr[:8]),
+        "unknown_flag": route_input(route_hdr(D, 7, 0, 0, 0x8 | R_FIRST | R_LAST, 1, 9, 0, 0, 0)),
+        "seq_without_flag": route_input(route_hdr(D, 7, 0, 0, R_FIRST | R_LAST, 1, 9, 0, 0, 3)),
+        "past_message": route_input(route_hdr(D, 7, 0, 0, R_SEQ, 1, 9, 10, 8, 0), b"", b"\x00" * 3),
+        "msg_len_max": route_input(route_hdr(D, 7, 0, 0, R_FIRST, 1, 9, 0xFFFFFFFF, 0, 0)),
+        "first_not_at_0": route_input(route_hdr(D, 7, 0, 0, R_FIRST, 1, 9, 10, 4, 0)),
+        "middle_with_hdr": route_input(route_hdr(D, 7, 0, 4, 0, 1, 9, 10, 4, 0), uhdr[:4]),
+        "last_short": route_input(route_hdr(D, 7, 0, 0, R_LAST, 1, 9, 10, 4, 0), b"", b"\x00" * 5),
+        "size_1": route_input(route_hdr(D, 7, 0, 0, R_FIRST | R_LAST, 0, 0, 0, 0, 0), size=1),
+        "truncated": route_input(first[:31]),
+        "random_sealed": route_input(bytes(rnd.getrandbits(8) for _ in range(32)), seal=True),
+        "random_64": bytes(rnd.getrandbits(8) for _ in range(64)),
+    }
+
+
 def write(dirname, seeds):
     os.makedirs(dirname, exist_ok=True)
     for f in os.listdir(dirname):
@@ -243,6 +333,8 @@ def print_vectors():
     print(", ".join("0x%02x" % b for b in hs_seeds()["hello"]))
     print("/* the one-lane IPv4 address blob (corpus/tcp_addr/v4) as bytes: */")
     print(", ".join("0x%02x" % b for b in addr_v4()))
+    print("/* route's first fragment (test_route_proto.c first_bytes): */")
+    print(", ".join("0x%02x" % b for b in route_first()))
 
 
 if __name__ == "__main__":
@@ -253,3 +345,4 @@ if __name__ == "__main__":
         write(os.path.join(here, "corpus", "tcp_hs"), hs_seeds())
         write(os.path.join(here, "corpus", "tcp_frame"), frame_seeds())
         write(os.path.join(here, "corpus", "tcp_addr"), addr_seeds())
+        write(os.path.join(here, "corpus", "route_frame"), route_seeds())
