@@ -50,7 +50,8 @@ tw_status_t tw_route_parse(const void *hdr, size_t hdr_len, size_t len, int size
         return tw_route_bad(why, "too many hops");
     }
     if (h->type == TW_ROUTE_T_DOWN) {
-        if (hdr_len != sizeof(*h) || len != 0 || h->am_id > TW_ROUTE_DOWN_FAILED || h->seq != 0) {
+        if (hdr_len != sizeof(*h) || len != 0 || h->am_id > TW_ROUTE_DOWN_FAILED || h->seq != 0 ||
+            h->flags != 0 || h->hdr_len != 0 || h->msg_len != 0 || h->offset != 0) {
             return tw_route_bad(why, "malformed DOWN");
         }
         return TW_OK;

@@ -233,29 +233,35 @@ static void tw_route_take(tw_route_t *rt, int from, const tw_route_hdr_t *h, con
     }
 }
 
-/* Hold a frame that came before its turn (a copy, by number). Lock held. */
-static void tw_route_hold(tw_route_t *rt, tw_route_reasm_t *r, const tw_route_hdr_t *h,
+/* Hold a frame that came before its turn (a copy, by number). False: it
+ * was held already (a duplicate: the caller drops it). Lock held. */
+static bool tw_route_hold(tw_route_t *rt, tw_route_reasm_t *r, const tw_route_hdr_t *h,
                           const void *uhdr, const void *data, size_t len)
 {
     size_t alloc_len = sizeof(tw_route_held_t) + h->hdr_len + len;
-    tw_route_held_t *f = tw_malloc(alloc_len), **at = &r->held;
+    tw_route_held_t *f, **at = &r->held;
 
+    while (*at != NULL && (int32_t)((*at)->h.seq - h->seq) < 0) {
+        at = &(*at)->next;
+    }
+    if (*at != NULL && (*at)->h.seq == h->seq) {
+        return false;
+    }
+    f = tw_malloc(alloc_len);
     if (f == NULL) {
         tw_stats_inc(rt->stats, TW_ROUTE_STAT_DROPPED);
         tw_error("route", "out of memory holding a frame of rank %d: dropped", h->src);
-        return;
+        return true;
     }
     *f = (tw_route_held_t){.alloc_len = alloc_len, .h = *h, .len = len};
     memcpy(f->bytes, uhdr, h->hdr_len);
     if (len > 0) {
         memcpy(f->bytes + h->hdr_len, data, len);
     }
-    while (*at != NULL && (int32_t)((*at)->h.seq - h->seq) < 0) {
-        at = &(*at)->next;
-    }
     f->next = *at;
     *at = f;
     tw_stats_inc(rt->stats, TW_ROUTE_STAT_HELD);
+    return true;
 }
 
 /* A numbered frame for us: handed up in its turn. Whoever finds the
@@ -272,8 +278,11 @@ static void tw_route_in_order(tw_route_t *rt, int from, const tw_route_hdr_t *h,
         return;
     }
     if (h->seq != r->next || r->busy) {
-        tw_route_hold(rt, r, h, uhdr, data, len);
+        bool held = tw_route_hold(rt, r, h, uhdr, data, len);
         tw_mutex_unlock(&r->lock);
+        if (!held) {
+            tw_route_bad(rt, from, "a frame numbered as one already held");
+        }
         return;
     }
     r->busy = true;

@@ -294,6 +294,19 @@ static void test_reject(void)
     f = down_frame(1, TW_ROUTE_DOWN_LEFT);
     RESEAL(f, seq, 1);
     rejected(&f, TW_ERR_INVALID, "malformed DOWN", "DOWN with a number");
+    /* ... and none of DATA's fields set. */
+    f = down_frame(1, TW_ROUTE_DOWN_FAILED);
+    RESEAL(f, flags, 0xff);
+    rejected(&f, TW_ERR_INVALID, "malformed DOWN", "DOWN with flags");
+    f = down_frame(1, TW_ROUTE_DOWN_FAILED);
+    RESEAL(f, hdr_len, 500);
+    rejected(&f, TW_ERR_INVALID, "malformed DOWN", "DOWN with an upper header length");
+    f = down_frame(1, TW_ROUTE_DOWN_FAILED);
+    RESEAL(f, msg_len, 77);
+    rejected(&f, TW_ERR_INVALID, "malformed DOWN", "DOWN with a message length");
+    f = down_frame(1, TW_ROUTE_DOWN_FAILED);
+    RESEAL(f, offset, 99);
+    rejected(&f, TW_ERR_INVALID, "malformed DOWN", "DOWN with an offset");
 
     static const uint8_t types[] = {0, TW_ROUTE_T_DOWN + 1, 0xff};
     for (size_t i = 0; i < TWT_ARRAY_SIZE(types); i++) {
