@@ -12,7 +12,10 @@
  * through their taps goes to the layer above, route's frames are dropped,
  * and route looks at no inner iface again.
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include "core/tw_atomic.h"
 #include "core/tw_log.h"
@@ -104,11 +107,24 @@ static tw_status_t tw_route_wrap_wants(const tw_tl_params_t *params, const tw_tl
     return TW_OK;
 }
 
+/* The retry timer off the engine, and closed. */
+static void tw_route_timer_close(tw_route_t *rt)
+{
+    if (rt->timer_fd >= 0) {
+        if (rt->timer_watched) {
+            tw_pe_unwatch(rt->pe, rt->timer_fd);
+        }
+        close(rt->timer_fd);
+        rt->timer_fd = -1;
+    }
+}
+
 static void tw_route_unref(tw_route_t *rt)
 {
     if (atomic_fetch_sub_explicit(&rt->refs, 1, memory_order_acq_rel) != 1) {
         return;
     }
+    tw_route_timer_close(rt);
     for (int r = 0; rt->locks && r < rt->size; r++) {
         tw_route_q_flush(rt, r, TW_ERR_CANCELED);
         tw_mutex_destroy(&rt->q[r].lock);
@@ -156,6 +172,7 @@ static void tw_route_iface_close(tw_tl_iface_t *iface)
     for (int r = 0; r < rt->size; r++) {
         tw_route_q_flush(rt, r, TW_ERR_CANCELED);
     }
+    tw_route_timer_close(rt);
     tw_route_unref(rt);
 }
 
@@ -231,9 +248,20 @@ static tw_status_t tw_route_wrap_open(tw_tl_iface_t *const *inner, unsigned n,
     atomic_init(&rt->refs, 1);
     atomic_init(&rt->queued, 0);
     atomic_init(&rt->closed, false);
+    rt->timer_fd = -1;
     st = tw_route_load_cfg(&rt->cfg);
     if (st == TW_OK) {
         st = tw_route_alloc(rt, params);
+    }
+    if (st == TW_OK) {
+        rt->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (rt->timer_fd < 0) {
+            tw_error("route", "cannot make a timer: %s", strerror(errno));
+            st = TW_ERR_TRANSPORT;
+        } else {
+            st = tw_pe_watch(rt->pe, rt->timer_fd); /* logs its failure */
+            rt->timer_watched = st == TW_OK;
+        }
     }
     for (unsigned i = 0; st == TW_OK && i < n; i++) {
         rt->taps[i] = tw_calloc(1, sizeof(*rt->taps[i]));

@@ -37,6 +37,7 @@
 
 #define TW_ROUTE_MAX_TAPS 8
 #define TW_ROUTE_MAX_MSG  (1ull << 30)
+#define TW_ROUTE_RETRY_NS 20000u /* a full next hop is tried again this much later */
 
 /* A queued frame (copied: a leader's forward that found no room) or a
  * zcopy message of this rank (by reference, sent in fragments from @p off
@@ -137,8 +138,14 @@ struct tw_route {
     _Atomic uint8_t *down;   /* reported unreachable up (once) */
     _Atomic uint8_t *gone;   /* a neighbour's loss handled (once) */
     _Atomic uint32_t queued; /* items in every queue */
-    _Atomic bool closed;     /* iface_close ran: taps deliver nothing to us */
-    _Atomic unsigned refs;   /* the iface and each tap */
+    /* A queue's next hop had no room: the engine comes back when this
+     * timer fires (TW_ROUTE_RETRY_NS), not by spinning on a core the hop
+     * may need to make room. Engine owner only. */
+    int timer_fd;
+    bool timer_watched;
+    bool timer_armed;
+    _Atomic bool closed;   /* iface_close ran: taps deliver nothing to us */
+    _Atomic unsigned refs; /* the iface and each tap */
 };
 
 /* tw_route_tx.c */

@@ -5,7 +5,10 @@
  * queue), frames passed on for others, DOWNs, and the drainer that runs
  * on route's engine. The order rules are in tw_route_int.h.
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
@@ -308,11 +311,31 @@ void tw_route_q_flush(tw_route_t *rt, int h, tw_status_t status)
     }
 }
 
+/* Come back in TW_ROUTE_RETRY_NS (a next hop was full). */
+static void tw_route_retry_later(tw_route_t *rt)
+{
+    struct itimerspec its = {.it_value = {.tv_nsec = TW_ROUTE_RETRY_NS}};
+
+    if (!rt->timer_armed && timerfd_settime(rt->timer_fd, 0, &its, NULL) == 0) {
+        rt->timer_armed = true;
+    }
+}
+
 int tw_route_progress(tw_tl_iface_t *iface)
 {
     tw_route_t *rt = (tw_route_t *)iface;
+    bool blocked = false;
     int events = 0;
 
+    if (rt->timer_armed) {
+        uint64_t ticks;
+        if (read(rt->timer_fd, &ticks, sizeof(ticks)) < 0) {
+            if (errno == EAGAIN) {
+                return 0; /* not yet: the engine may sleep meanwhile */
+            }
+        }
+        rt->timer_armed = false;
+    }
     if (atomic_load_explicit(&rt->queued, memory_order_acquire) == 0) {
         return 0;
     }
@@ -339,7 +362,7 @@ int tw_route_progress(tw_tl_iface_t *iface)
                 st = lost ? TW_ERR_PEER_FAILED : tw_route_item_send(rt, h, it);
             }
             if (st == TW_ERR_AGAIN) {
-                events++; /* still waiting: keep the engine coming back */
+                blocked = true;
                 break;
             }
             tw_route_q_pop(q);
@@ -353,6 +376,9 @@ int tw_route_progress(tw_tl_iface_t *iface)
             tw_route_item_done(it, st == TW_OK ? TW_OK : TW_ERR_PEER_FAILED);
             events++;
         }
+    }
+    if (blocked) {
+        tw_route_retry_later(rt);
     }
     return events;
 }
