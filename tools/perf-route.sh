@@ -23,7 +23,8 @@
 # (a progress thread, adaptive wait); the 8 B rows again in manual progress
 # (-p 0 -m spin: all 4 processes busy-poll), with a poll loop (-l poll: the
 # 4 main threads spin on tw_cq_poll) and with spinning progress threads
-# (-m spin: 8 threads spin). Before the measurements one short run under
+# (-m spin: 8 threads spin), and the leaders' in manual progress, where
+# no thread hands frames over (the route's own work alone). Before the measurements one short run under
 # each route checks, from the library's counters, which way the frames went.
 # Needs openmpi-bin and libopenmpi-dev for the OMPI column ("-" without).
 # About 4 minutes at REPS=5 on 2 cores.
@@ -69,6 +70,7 @@ rows+=(
   "2,3|8|non-leaders, 8 B, manual (-p 0 -m spin)|-s 8 -n 2000 -p 0 -m spin"
   "2,3|8|non-leaders, 8 B, poll loop (-l poll)|-s 8 -n 2000 -l poll"
   "2,3|8|non-leaders, 8 B, spinning progress (-m spin)|-s 8 -n 1000 -m spin"
+  "0,1|8|leaders, 8 B, manual (-p 0 -m spin)|-s 8 -n 2000 -p 0 -m spin"
 )
 
 # tw ROUTE PAIR KIND2 OPTIONS...: tw_perf -x lat,KIND2 on the 4-rank job;
