@@ -24,10 +24,10 @@
 # (-p 0 -m spin: all 4 processes busy-poll), with a poll loop (-l poll: the
 # 4 main threads spin on tw_cq_poll) and with spinning progress threads
 # (-m spin: 8 threads spin), and the leaders' in manual progress, where
-# no thread hands frames over (the route's own work alone). Before the measurements one short run under
-# each route checks, from the library's counters, which way the frames went.
-# Needs openmpi-bin and libopenmpi-dev for the OMPI column ("-" without).
-# About 4 minutes at REPS=5 on 2 cores.
+# no thread hands frames over (the route's own work alone). Before the
+# measurements one short run under each route checks, from the library's
+# counters, which way the frames went. Needs openmpi-bin and libopenmpi-dev
+# for the OMPI column ("-" without). About 2 minutes at REPS=5 on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
