@@ -50,10 +50,8 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/perf-peers.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 log=$tmp/log   # output of a failed run, echoed to stderr
-
-hiprio() { setsid -w bash -c 'echo -20 > /proc/self/autogroup 2>/dev/null; exec nice -n -20 "$@"' hiprio "$@"; }
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
-fail() { echo "perf-peers: $1 failed; its last lines:" >&2; tail -5 "$log" >&2; }
+# hiprio, median, ratio, fail, tw_value, ompi_build, ompi_pingpong
+. tools/perf-lib.sh
 
 # Per transport: threadwire's environment, the UCX transports, the peers and
 # their runs (KIND = lat | rate | bw: 8 B latency in us, 8 B rate in
@@ -181,21 +179,13 @@ ucx() {
   [ -n "$v" ] || fail "ucx_perftest ${ucx_args[$1]} (${ucx_env[*]})"
   echo "$v"
 }
-# ompi KIND: mpi_pingpong on two ranks over Open MPI's tcp BTL (ob1) on lo,
-# one per core; its CSV row: test,size,iterations,window,lat_median_us,
-# lat_avg_us,bw_MBps,rate_Mmsgps.
+# ompi KIND: mpi_pingpong on two ranks over Open MPI's tcp BTL on lo.
 ompi() {
-  local row
-  # shellcheck disable=SC2086
-  row=$(hiprio timeout 60 mpirun --allow-run-as-root -np 2 --bind-to core --mca pml ob1 \
-    --mca btl tcp,self --mca btl_tcp_if_include lo "$tmp/mpi_pingpong" ${ompi_args[$1]} \
-    2>"$log" | awk -F, '$1 ~ /^(lat|rate|bw)$/') || true
-  case $1 in
-    lat) awk -F, '{print $5}' <<<"$row" ;;
-    rate) awk -F, '{print $8}' <<<"$row" ;;
-    bw) awk -F, '{print $7}' <<<"$row" ;;
-  esac
-  [ -n "$row" ] || fail "mpirun mpi_pingpong ${ompi_args[$1]}"
+  local v
+  # shellcheck disable=SC2086 # the options are words
+  v=$(ompi_pingpong "$1" ${ompi_args[$1]})
+  [ -n "$v" ] || fail "mpirun mpi_pingpong ${ompi_args[$1]}"
+  echo "$v"
 }
 # tw BUILD KIND OPTIONS...: tw_perf, 2 processes, one per CPU like the
 # peers (twrun --bind core); the value from the 'all' row of its CSV:
@@ -205,11 +195,7 @@ tw() {
   shift 2
   row=$(hiprio env "${tw_env[@]}" timeout 120 "$b/tools/twrun" -n 2 --bind core "$b/tools/tw_perf" \
     --csv "$@" 2>"$log" | awk -F, '$4 == "all"') || true
-  case $kind in
-    lat | put_lat | get_lat) awk -F, '{print $8}' <<<"$row" ;;
-    rate) awk -F, '{print $13}' <<<"$row" ;;
-    bw | put_bw | get_bw) awk -F, '{print $12}' <<<"$row" ;;
-  esac
+  tw_value "$kind" <<<"$row"
   [ -n "$row" ] || grep -q 'unknown option' "$log" ||
     fail "${tw_env[*]:+${tw_env[*]} }twrun -n 2 tw_perf $* ($b)"
 }
@@ -223,12 +209,8 @@ else
 fi
 if [[ " ${peers[*]} " != *" ompi "* ]]; then
   :
-elif ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
-  echo "perf-peers: no mpicc or mpirun (openmpi-bin, libopenmpi-dev): no OMPI column" >&2
-elif mpicc -O2 -o "$tmp/mpi_pingpong" tools/bench-peers/mpi_pingpong.c 2>"$log"; then
+elif ompi_build; then
   have[ompi]=1
-else
-  fail "mpicc tools/bench-peers/mpi_pingpong.c"
 fi
 
 # The kinds the rows measure; a peer runs those it has arguments for.
@@ -271,7 +253,6 @@ spread() {
     med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2
     if (med == 0) print "-"; else printf "%d%%", 100 * (v[NR] - v[1]) / med }'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "-" || b == 0 || a == "-") print "-"; else printf "%.2f", a / b }'; }
 printf '%-44s %12s' "measurement (medians of $reps)" threadwire
 for p in "${peers[@]}"; do printf ' %12s %8s' "${peer_name[$p]}" "tw/${peer_name[$p]% *}"; done
 [ -z "$base" ] || printf ' %10s %8s %7s %7s' base tw/base spread "spr.b"

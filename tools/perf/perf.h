@@ -3,7 +3,11 @@
 /*
  * tw_perf's internals (README.md beside this file has the overview).
  *
- * Roles. Rank 0 plays the initiator (A) and rank 1 the responder (B). In a
+ * Roles. Rank 0 plays the initiator (A) and rank 1 the responder (B), or
+ * the two ranks --pair names; the other ranks of such a job are bystanders:
+ * they only wait, in the loop the options say, for the initiator's release
+ * (TAG_RELEASE) after the last barrier, and take part in the library's
+ * work meanwhile (a node leader passes frames on). In a
  * job of one process every thread plays both, through the self transport;
  * with --split, thread i is the initiator and thread T + i its responder,
  * which runs the two-process code path inside one process.
@@ -60,9 +64,10 @@
 #define PERF_WAIT_MS     100 /* one tw_cq_wait slice: abort/timeout checks between */
 #define PERF_POLL_MAX    32
 
-/* Tag layout: bits 0..31 thread index, bit 32 direction, bit 62 window
- * keys, bit 63 barrier. */
+/* Tag layout: bits 0..31 thread index, bit 32 direction, bit 61 the
+ * bystanders' release (--pair), bit 62 window keys, bit 63 barrier. */
 #define TAG_REPLY   (UINT64_C(1) << 32)
+#define TAG_RELEASE (UINT64_C(1) << 61)
 #define TAG_KEYS    (UINT64_C(1) << 62)
 #define TAG_BARRIER (UINT64_C(1) << 63)
 
@@ -108,6 +113,8 @@ typedef struct perf_opts {
     perf_loop_t loop;    /* how a benchmark thread waits for completions */
     unsigned compute_us; /* PERF_LOOP_COMPUTE: work after each empty poll */
     bool split;
+    int pair[2]; /* the initiator's and the responder's rank (--pair; 0, 1) */
+    bool pair_set;
     bool inject; /* sends of at most TW_INJECT_MAX bytes by tw_send_inject */
     bool csv;
     perf_stats_t stats; /* the library's counters on stderr at the end */
@@ -178,6 +185,7 @@ extern perf_opts_t g_opts;
 /* Set by main before the first run, read-only after. */
 extern tw_context_t *g_ctx;
 extern int g_rank, g_size, g_partner;
+extern int g_side;     /* ROLE_A, ROLE_B, or -1: a bystander of a --pair job */
 extern int g_nworkers; /* threads per process: --threads, twice that with --split */
 extern bool g_manual;  /* manual progress (-p 0 or TW_PROGRESS_THREADS=0) */
 /* Set by perf_rma_setup, read-only after. */

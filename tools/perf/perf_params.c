@@ -20,6 +20,9 @@ static void usage(FILE *out)
         out,
         "usage: tw_perf [options]               a job of one: rank 0 is its own partner\n"
         "       twrun -n 2 tw_perf [options]    rank 0 measures against rank 1\n"
+        "       twrun -n N tw_perf --pair A,B [options]\n"
+        "                                       rank A measures against rank B, the others\n"
+        "                                       are bystanders\n"
         "\n"
         "Point-to-point benchmarks over threadwire's public API (after UCX's ucx_perftest).\n"
         "Thread i of one rank pairs with thread i of the other (tag i, exact receives);\n"
@@ -64,6 +67,11 @@ static void usage(FILE *out)
         "      --split            in a job of one, run each pair as two threads, initiator\n"
         "                         and responder, as two processes would (default: one\n"
         "                         thread plays both roles); no effect with 2 processes\n"
+        "      --pair A,B         in a job of 2 or more processes, rank A initiates and rank\n"
+        "                         B responds (default 0,1; needed beyond 2 processes); the\n"
+        "                         other ranks wait, in the loop -p, -m and -l say, until A\n"
+        "                         releases them after the last run, and meanwhile do what\n"
+        "                         the library gives them (a node leader passes frames on)\n"
         "      --inject           send messages of at most TW_INJECT_MAX (1 KiB) bytes with\n"
         "                         tw_send_inject: copied, no completion to poll (as a UCX\n"
         "                         send that completes in place)\n"
@@ -100,7 +108,7 @@ static void usage(FILE *out)
         "length, tag and source (one-sided: status, op, length and target).\n"
         "\n"
         "Exit status: 0 success; 1 an API error, a timeout, a lost or corrupted message, or a\n"
-        "job of more than 2 processes; 2 a usage error.\n",
+        "job of more than 2 processes without --pair (or a --pair beyond it); 2 a usage error.\n",
         PERF_MAX_THREADS);
 }
 
@@ -212,7 +220,7 @@ static int parse_tests(const char *arg)
     return EXIT_OK;
 }
 
-enum { OPT_CSV = 256, OPT_PLOT, OPT_TIMEOUT, OPT_SPLIT, OPT_STATS, OPT_INJECT };
+enum { OPT_CSV = 256, OPT_PLOT, OPT_TIMEOUT, OPT_SPLIT, OPT_STATS, OPT_INJECT, OPT_PAIR };
 
 static const struct option longopts[] = {
     {"test", required_argument, NULL, 'x'},
@@ -226,6 +234,7 @@ static const struct option longopts[] = {
     {"wait-mode", required_argument, NULL, 'm'},
     {"loop", required_argument, NULL, 'l'},
     {"split", no_argument, NULL, OPT_SPLIT},
+    {"pair", required_argument, NULL, OPT_PAIR},
     {"inject", no_argument, NULL, OPT_INJECT},
     {"csv", no_argument, NULL, OPT_CSV},
     {"stats", optional_argument, NULL, OPT_STATS},
@@ -353,6 +362,26 @@ static int parse_loop(const char *arg)
     return EXIT_OK;
 }
 
+/* --pair A,B: two distinct ranks (tw_perf checks them against the job). */
+static int parse_pair(const char *arg)
+{
+    char buf[64], *comma;
+    uint64_t a, b;
+
+    if (strlen(arg) >= sizeof(buf) || (comma = strchr(strcpy(buf, arg), ',')) == NULL) {
+        return usage_error("--pair %s: two ranks, A,B", arg);
+    }
+    *comma = '\0';
+    if (!parse_u64(buf, &a) || !parse_u64(comma + 1, &b) || a > INT32_MAX || b > INT32_MAX ||
+        a == b) {
+        return usage_error("--pair %s: two different ranks, A,B", arg);
+    }
+    g_opts.pair[0] = (int)a;
+    g_opts.pair[1] = (int)b;
+    g_opts.pair_set = true;
+    return EXIT_OK;
+}
+
 /* --timeout SEC */
 static int parse_timeout(const char *arg)
 {
@@ -390,6 +419,8 @@ static int parse_opt(int opt, char **argv)
     case OPT_SPLIT:
         g_opts.split = true;
         return EXIT_OK;
+    case OPT_PAIR:
+        return parse_pair(optarg);
     case OPT_INJECT:
         g_opts.inject = true;
         return EXIT_OK;
@@ -428,6 +459,7 @@ int perf_parse_args(int argc, char **argv)
                            .ntests = 1,
                            .window = 32,
                            .threads = 1,
+                           .pair = {0, 1},
                            .progress_threads = -1,
                            .wait_mode = TW_WAIT_ADAPTIVE,
                            .timeout_s = 10};

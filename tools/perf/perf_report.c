@@ -178,13 +178,17 @@ static const char *loop_name(void)
     return g_opts.loop == PERF_LOOP_POLL ? "poll" : "wait";
 }
 
-/* Rank 0, table output: the configuration, and which of tw_perf's library
+/* The initiator, table output: the configuration, and which of tw_perf's library
  * options the environment overrides. */
 void perf_print_banner(void)
 {
-    const char *pairs = g_size > 1     ? "rank 0 <-> rank 1"
+    char ranks[64];
+    const char *pairs = g_size > 1     ? ranks
                         : g_opts.split ? "initiator thread <-> responder thread"
                                        : "each thread its own partner";
+
+    snprintf(ranks, sizeof(ranks), "rank %d <-> rank %d%s", g_opts.pair[0], g_opts.pair[1],
+             g_size > 2 ? ", the others bystanders" : "");
     printf("# tw_perf: %d process%s (%s), %d pair%s of threads; transports %s, progress "
            "threads %d%s, wait %s, loop %s\n",
            g_size, g_size > 1 ? "es" : "", pairs, g_opts.threads, g_opts.threads > 1 ? "s" : "",

@@ -94,8 +94,10 @@ static void worker_free(perf_worker_t *w)
 static void worker_roles(int j, bool role[2])
 {
     role[ROLE_A] = role[ROLE_B] = false;
-    if (g_size == 2) {
-        role[g_rank == 0 ? ROLE_A : ROLE_B] = true;
+    if (g_size > 1) {
+        if (g_side >= 0) { /* a bystander (--pair) plays neither */
+            role[g_side] = true;
+        }
     } else if (g_opts.split) {
         role[j < g_opts.threads ? ROLE_A : ROLE_B] = true;
     } else {
@@ -216,11 +218,11 @@ int perf_rma_prepare(perf_ep_t *bar, const perf_run_t *r)
             return EXIT_FAIL;
         }
     }
-    /* Pair i: worker i initiates; its responder is worker i of rank 1, or
+    /* Pair i: worker i initiates; its responder is worker i of the other rank, or
      * of this rank (--split: worker T + i). */
     for (int i = 0; i < g_opts.threads; i++) {
         int resp = g_size == 1 && g_opts.split ? g_opts.threads + i : i;
-        bool sender = g_size == 1 || g_rank == 1, receiver = g_size == 1 || g_rank == 0;
+        bool sender = g_size == 1 || g_side == ROLE_B, receiver = g_size == 1 || g_side == ROLE_A;
         perf_key_msg_t out = {0}, in = {0};
         uint64_t want = bar->recvs[ROLE_B] + 1;
         tw_status_t st = TW_OK;
@@ -354,7 +356,7 @@ int perf_run_one(perf_worker_t *ws, const perf_run_t *r)
             rc = EXIT_FAIL;
         }
     }
-    if (rc == EXIT_OK && g_rank == 0) {
+    if (rc == EXIT_OK && g_side == ROLE_A) {
         perf_report_run(ws, r, res);
     }
 out:

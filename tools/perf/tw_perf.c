@@ -7,6 +7,7 @@
  * ranks meet between runs.
  *
  *   twrun -n 2 tw_perf [-x lat|bw|rate] [-s SIZE|MIN:MAX] [-t THREADS] ...
+ *   twrun -n N tw_perf --pair A,B ...  (rank A against rank B, the others bystanders)
  *   tw_perf ...                      (a job of one: rank 0 is its own partner)
  */
 #include <stdio.h>
@@ -17,6 +18,7 @@
 
 tw_context_t *g_ctx;
 int g_rank, g_size, g_partner;
+int g_side;
 int g_nworkers;
 bool g_manual;
 atomic_bool g_abort;
@@ -62,11 +64,23 @@ static int job_setup(perf_ep_t *bar, perf_worker_t **ws_p)
     perf_worker_t *ws;
     tw_status_t st;
 
-    if (g_size < 1 || g_size > 2) {
-        fprintf(stderr, "tw_perf: needs a job of 1 or 2 processes, this one has %d\n", g_size);
+    if (g_size < 1 || (g_size > 2 && !g_opts.pair_set)) {
+        fprintf(stderr,
+                "tw_perf: needs a job of 1 or 2 processes, or --pair A,B, this one has %d\n",
+                g_size);
         return EXIT_FAIL;
     }
-    g_partner = g_size == 2 ? 1 - g_rank : g_rank;
+    if (g_size > 1 && (g_opts.pair[0] >= g_size || g_opts.pair[1] >= g_size)) {
+        fprintf(stderr, "tw_perf: --pair %d,%d: a job of %d processes has no rank %d\n",
+                g_opts.pair[0], g_opts.pair[1], g_size,
+                g_opts.pair[0] >= g_size ? g_opts.pair[0] : g_opts.pair[1]);
+        return EXIT_FAIL;
+    }
+    g_side = g_size == 1 || g_rank == g_opts.pair[0] ? ROLE_A
+             : g_rank == g_opts.pair[1]              ? ROLE_B
+                                                     : -1;
+    /* A bystander's partner is the initiator, who releases it. */
+    g_partner = g_size == 1 ? g_rank : g_opts.pair[g_side == ROLE_A ? 1 : 0];
     if ((st = tw_set_error_handler(g_ctx, perf_on_error, NULL)) != TW_OK) {
         fprintf(stderr, "tw_perf: tw_set_error_handler: %s\n", tw_strerror(st));
         return EXIT_FAIL;
@@ -113,12 +127,58 @@ static int measure_test(perf_ep_t *bar, perf_worker_t *ws, perf_test_t test, uin
     }
 }
 
+/* --pair: the initiator releases every bystander, once the pair is done.
+ * @return EXIT_OK or EXIT_FAIL (said why). */
+static int release_bystanders(perf_ep_t *bar)
+{
+    static char none;
+
+    for (int r = 0; r < g_size; r++) {
+        tw_status_t st;
+
+        if (r == g_opts.pair[0] || r == g_opts.pair[1]) {
+            continue;
+        }
+        st = tw_send(g_ctx, r, TAG_RELEASE, &none, 0, bar->cq, (void *)(uintptr_t)USER_SEND);
+        if (st == TW_OK) {
+            bar->sends_posted++;
+            st = perf_ep_wait(bar, &bar->sends_done, bar->sends_posted);
+        }
+        if (st != TW_OK) {
+            fprintf(stderr, "tw_perf: rank %d: releasing rank %d: %s\n", g_rank, r,
+                    tw_strerror(st));
+            return EXIT_FAIL;
+        }
+    }
+    return EXIT_OK;
+}
+
+/* --pair, a rank of neither role: wait for the initiator's release, in the
+ * loop the options say (with manual progress, driving tw_progress), with
+ * no timeout. @return EXIT_OK or EXIT_FAIL. */
+static int bystand(perf_ep_t *bar)
+{
+    static char none;
+    tw_status_t st;
+
+    bar->expect_tag[ROLE_B] = TAG_RELEASE;
+    bar->expect_len[ROLE_B] = 0;
+    bar->no_timeout = true;
+    if ((st = perf_ep_recv(bar, ROLE_B, &none, 0)) == TW_OK) {
+        st = perf_ep_wait(bar, &bar->recvs[ROLE_B], 1);
+    }
+    return st == TW_OK ? EXIT_OK : EXIT_FAIL;
+}
+
 /* Every test, then the last barrier. @return EXIT_OK or EXIT_FAIL. */
 static int measure(perf_ep_t *bar, perf_worker_t *ws)
 {
     uint64_t seq = 0;
 
-    if (g_rank == 0) {
+    if (g_side < 0) {
+        return bystand(bar);
+    }
+    if (g_side == ROLE_A) {
         perf_print_header();
         fflush(stdout);
     }
@@ -132,7 +192,7 @@ static int measure(perf_ep_t *bar, perf_worker_t *ws)
         return EXIT_FAIL;
     }
     perf_rma_deregister();
-    return EXIT_OK;
+    return g_side == ROLE_A && g_size > 2 ? release_bystanders(bar) : EXIT_OK;
 }
 
 /* Finalize and free what job_setup made. @return @p rc, or EXIT_FAIL when
@@ -168,7 +228,7 @@ int main(int argc, char **argv)
         return EXIT_FAIL;
     }
     rc = job_setup(&bar, &ws);
-    if (rc == EXIT_OK && g_rank == 0 && !g_opts.csv) {
+    if (rc == EXIT_OK && g_side == ROLE_A && !g_opts.csv) {
         perf_print_banner();
     }
     if (rc == EXIT_OK) {
