@@ -189,5 +189,22 @@ if [ -n "$twrun" ]; then
         { echo "$out"; fail "TW_TRANSPORTS=$tl -p $p: --stats=json shows no one-sided traffic"; }
     done
   done
+  # --pair in a job of 4 on two emulated nodes under leader routing: ranks
+  # 2 and 3 measure through the leaders 0 and 1, which pass frames on.
+  out=$(TW_ROUTE=leader TW_NODE_ID=0,1,0,1 "$twrun" -n 4 "$perf" --pair 2,3 -x lat,bw -s 1k:64k \
+    -n "$nb" --stats=json 2>&1) || { echo "$out"; fail "tw_perf --pair 2,3 through the leaders failed"; }
+  check_all_row lat
+  check_all_row bw
+  "$stats" - 'rank 0 ifaces/route/forwarded >= 1' 'rank 1 ifaces/route/forwarded >= 1' \
+    'rank 2 ifaces/tl:tcp/tx_msgs == 0' 'rank 3 ifaces/tl:tcp/tx_msgs == 0' <<<"$out" ||
+    { echo "$out"; fail "--pair 2,3: want the leaders passing frames on, no tcp at ranks 2 and 3"; }
+  # More than two processes need --pair, within the job.
+  for bad in "" "--pair 1,4"; do
+    rc=0
+    # shellcheck disable=SC2086 # split the option from its value
+    msg=$("$twrun" -n 4 "$perf" -x lat -n 10 $bad 2>&1) || rc=$?
+    [ "$rc" -ne 0 ] || fail "twrun -n 4 tw_perf $bad: exited 0"
+    grep -q "tw_perf: .*pair" <<<"$msg" || { echo "$msg"; fail "twrun -n 4 tw_perf $bad: no message"; }
+  done
 fi
 echo "tw_perf: ok"
