@@ -7,7 +7,7 @@
 #
 #   run-cluster.sh --launcher mpirun|srun|none --nodes N --np P
 #                  [--env VAR=VAL]... [--timeout S] [--cut NODE@S[+D]]...
-#                  [--keep-going] -- prog args...
+#                  [--keep-going] [--sidecar CMD] -- prog args...
 #
 # The whole scenario runs in private mount, network, UTS and PID namespaces
 # (unshare), so the host's network is never touched, parallel runs cannot
@@ -42,6 +42,10 @@
 #                  every rank once one dies. The exit status is then the
 #                  launcher's: mpirun says 0 after a recovered death, srun
 #                  the dead rank's status.
+#   --sidecar CMD  run CMD (split at spaces) in the head beside the job,
+#                  from the launch on, stopped with the daemons if it is
+#                  still running; it sees what the program sees (TW*), so
+#                  it can watch the nodes (ip netns exec nK ...) or cut them.
 # The program sees TWCLUSTER_NODES ("n1 n2 ..."), TWCLUSTER_SUBNET,
 # TWCLUSTER_LINK (cluster-link.sh) and TWCLUSTER_DIR (scratch, shared).
 # Exit 77 with a reason when root, unshare, ip, nft, namespaces or the
@@ -62,7 +66,7 @@ usage() {
   exit 2
 }
 
-launcher="" nodes=2 np="" timeout=45 envs=() cuts=() prog=() keep_going=0
+launcher="" nodes=2 np="" timeout=45 envs=() cuts=() prog=() keep_going=0 sidecar=""
 parse_args() {
   while [ $# -gt 0 ]; do
     case $1 in
@@ -73,6 +77,7 @@ parse_args() {
       --timeout) timeout=${2:-}; shift 2 ;;
       --cut) cuts+=("${2:-}"); shift 2 ;;
       --keep-going) keep_going=1; shift ;;
+      --sidecar) sidecar=${2:-}; shift 2 ;;
       --) shift; prog=("$@"); break ;;
       *) usage ;;
     esac
@@ -257,6 +262,14 @@ start_cuts() {
   done
 }
 
+start_sidecar() {
+  local cmd
+  [ -n "$sidecar" ] || return 0
+  read -ra cmd <<<"$sidecar"
+  "${cmd[@]}" &
+  pids+=($!)
+}
+
 # Ranks per node, as srun's block distribution: the first P mod N get one more.
 slots_of() { echo $((np / nodes + ($1 <= np % nodes ? 1 : 0))); }
 
@@ -389,6 +402,7 @@ inside() {
     none) launch=("${prog[@]}") ;;
   esac
   start_cuts
+  start_sidecar
   timeout -k 5 "$timeout" "${launch[@]}" &
   job=$!
   wait $job || rc=$?
