@@ -34,9 +34,11 @@
 #               3) and never back, the leaders pass frames on, nobody fails
 #
 # Inside the scenario (run-cluster.sh --sidecar):
-#   cluster_route.sh --count DIR NP EXT once NP ranks wrote DIR/rank*.EXT
+#   cluster_route.sh --count DIR NP EXT [NODE]
+#                                       once NP ranks wrote DIR/rank*.EXT
 #                                       (their pids), records the connections
-#                                       in DIR/conns, then writes DIR/go
+#                                       in DIR/conns, then writes DIR/go and
+#                                       cuts NODE's link for good (if given)
 #   cluster_route.sh --cut DIR NP N     the cut of pathcut; DIR/cut says what
 #                                       it cut, DIR/counters what it dropped
 set -eu
@@ -48,11 +50,15 @@ stats="$here/../common/twt_stats.py"
 # ---- the sidecars ---------------------------------------------------------
 case ${1:-} in
 --count)
-  dir=$2 np=$3 ext=$4
+  dir=$2 np=$3 ext=$4 cut=${5:-}
   wait_ranks "$dir" "$ext" "$np" 60 || { echo "cluster_route: not every rank wrote rank*.$ext"; exit 1; }
   stable_conns "$dir" "$ext" >"$dir/conns.tmp"
   mv "$dir/conns.tmp" "$dir/conns"
   touch "$dir/go"
+  if [ -n "$cut" ]; then
+    "$TWCLUSTER_LINK" down "$cut"
+    echo "cluster_route: cut $cut's link"
+  fi
   exit 0
   ;;
 --cut)
