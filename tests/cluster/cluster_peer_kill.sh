@@ -9,15 +9,26 @@
 # refused, ANY_SOURCE receive kept, finalize) and leaves rank0.pass in a
 # directory both nodes see. The launcher's status is not the verdict:
 # mpirun says 0 after a recovered death, srun the dead rank's 137.
+# TW_ROUTE (direct by default, or leader) is passed to the ranks; through
+# the leaders (each rank leads its node), rank 0's route must say that it
+# lost rank 1, the leader of node 1 -- route carried the traffic.
 #   cluster_peer_kill.sh RUN_CLUSTER mpirun|srun TW_MP_RANK [run-cluster options...]
-set -eu
+set -euo pipefail
 run=$1 launcher=$2 rank=$3
 shift 3
+route=${TW_ROUTE:-direct}
 work=$(mktemp -d /tmp/twtest-clkill.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 chmod 0777 "$work"
 rc=0
-"$run" --launcher "$launcher" --keep-going --nodes 2 --np 2 "$@" -- "$rank" peer-kill "$work" || rc=$?
+"$run" --launcher "$launcher" --keep-going --nodes 2 --np 2 --env TW_ROUTE="$route" "$@" -- \
+  "$rank" peer-kill "$work" 2>&1 | tee "$work/log" || rc=${PIPESTATUS[0]}
 [ "$rc" -ne 77 ] || exit 77
 [ -f "$work/rank0.pass" ] || { echo "FAIL: rank 0 did not pass (launcher status $rc)"; exit 1; }
-echo "ok: rank 0 on n1 survived rank 1's SIGKILL on n2 under $launcher (launcher status $rc)"
+if [ "$route" = leader ] &&
+  ! grep -q "r0 route. warn: rank 1, the leader of node 1, failed" "$work/log"; then
+  echo "FAIL: rank 0's route did not report losing rank 1, the leader of node 1"
+  exit 1
+fi
+echo "ok: rank 0 on n1 survived rank 1's SIGKILL on n2 under $launcher, TW_ROUTE=$route" \
+  "(launcher status $rc)"

@@ -7,7 +7,8 @@
 #
 #   run-cluster.sh --launcher mpirun|srun|none --nodes N --np P
 #                  [--env VAR=VAL]... [--timeout S] [--cut NODE@S[+D]]...
-#                  [--keep-going] [--launcher-pid FILE] [--linger S] -- prog args...
+#                  [--keep-going] [--launcher-pid FILE] [--linger S]
+#                  [--sidecar CMD] -- prog args...
 #
 # The whole scenario runs in private mount, network, UTS and PID namespaces
 # (unshare), so the host's network is never touched, parallel runs cannot
@@ -48,6 +49,10 @@
 #   --linger S     when the launcher has ended, give what it leaves behind
 #                  (orted, slurmstepd, ranks) up to S seconds to exit by
 #                  itself before the teardown stops it.
+#   --sidecar CMD  run CMD (split at spaces) in the head beside the job,
+#                  from the launch on, stopped with the daemons if it is
+#                  still running; it sees what the program sees (TW*), so
+#                  it can watch the nodes (ip netns exec nK ...) or cut them.
 # The program sees TWCLUSTER_NODES ("n1 n2 ..."), TWCLUSTER_SUBNET,
 # TWCLUSTER_LINK (cluster-link.sh) and TWCLUSTER_DIR (scratch, shared).
 # Exit 77 with a reason when root, unshare, ip, nft, namespaces or the
@@ -69,7 +74,7 @@ usage() {
 }
 
 launcher="" nodes=2 np="" timeout=45 envs=() cuts=() prog=() keep_going=0
-launcher_pid="" linger=0
+launcher_pid="" linger=0 sidecar=""
 parse_args() {
   while [ $# -gt 0 ]; do
     case $1 in
@@ -82,6 +87,7 @@ parse_args() {
       --keep-going) keep_going=1; shift ;;
       --launcher-pid) launcher_pid=${2:-}; shift 2 ;;
       --linger) linger=${2:-}; shift 2 ;;
+      --sidecar) sidecar=${2:-}; shift 2 ;;
       --) shift; prog=("$@"); break ;;
       *) usage ;;
     esac
@@ -284,6 +290,14 @@ start_cuts() {
   done
 }
 
+start_sidecar() {
+  local cmd
+  [ -n "$sidecar" ] || return 0
+  read -ra cmd <<<"$sidecar"
+  "${cmd[@]}" &
+  pids+=($!)
+}
+
 # Ranks per node, as srun's block distribution: the first P mod N get one more.
 slots_of() { echo $((np / nodes + ($1 <= np % nodes ? 1 : 0))); }
 
@@ -417,6 +431,7 @@ inside() {
   esac
   start_cuts
   [ -z "$launcher_pid" ] || launch=(sh -c 'echo $$ >"$0" && exec "$@"' "$launcher_pid" "${launch[@]}")
+  start_sidecar
   timeout -k 5 "$timeout" "${launch[@]}" &
   job=$!
   wait $job || rc=$?
