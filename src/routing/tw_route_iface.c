@@ -38,9 +38,8 @@ static const tw_cfg_entry_t tw_route_cfg_entries[] = {
     {.name = "TW_ROUTE_LINGER",
      .type = TW_CFG_DURATION,
      .defval = "0",
-     .help = "leader routing: at tw_finalize, a node's leader keeps passing frames on until "
-             "every other rank of its node has left or failed, or this long at most; 0 = no "
-             "limit",
+     .help = "routing: at tw_finalize, a node's leader keeps passing frames on until every "
+             "other rank of its node has left or failed, or this long at most; 0 = no limit",
      .offset = offsetof(tw_route_cfg_t, linger_ns)},
 };
 
@@ -340,11 +339,11 @@ static bool tw_route_reachable(tw_tl_iface_t *iface, int peer)
     return peer >= 0 && peer < rt->size && rt->node_of[peer] != rt->node;
 }
 
-/* Nothing of ours waits, and (a leader of leader routing) every other
- * rank of our node has left or failed. */
+/* Nothing of ours waits, and (a leader) every other rank of our node has
+ * left or failed. */
 static bool tw_route_done(tw_route_t *rt)
 {
-    bool stays = rt->is_leader && rt->cfg.mode == TW_ROUTE_LEADER;
+    bool stays = rt->is_leader;
 
     if (!tw_route_queues_empty(rt)) {
         return false;
@@ -358,11 +357,10 @@ static bool tw_route_done(tw_route_t *rt)
     return true;
 }
 
-/* Under leader routing a leader stays, passing frames on, until the other
- * ranks of its node have left (they may still talk to other nodes through
- * it), or TW_ROUTE_LINGER. As rel's last path (direct), it does not wait
- * for them: a rank that fails over to the leaders' route after its
- * leader left finds that path failed, as any other. */
+/* A leader stays, passing frames on, until the other ranks of its node
+ * have left (they may still talk to other nodes through it: under leader
+ * routing always, as rel's last path whenever their direct paths failed
+ * -- their last acks and goodbyes go through it), or TW_ROUTE_LINGER. */
 static void tw_route_quiesce(tw_tl_iface_t *iface)
 {
     tw_route_t *rt = (tw_route_t *)iface;
