@@ -188,7 +188,8 @@ typedef enum tw_op {
     TW_OP_AM_SEND,
     TW_OP_PUT,
     TW_OP_GET,
-    TW_OP_FLUSH
+    TW_OP_FLUSH,
+    TW_OP_COLL /**< a nonblocking collective (tw_ibarrier, ...) */
 } tw_op_t;
 
 /** One finished operation. */
@@ -437,6 +438,122 @@ TW_API tw_status_t tw_get(tw_context_t *ctx, int src, void *dst, size_t len, uin
  * Thread: any.
  */
 TW_API tw_status_t tw_flush(tw_context_t *ctx, int peer, tw_cq_t *cq, void *user);
+
+/* ---- collectives ----------------------------------------------------- */
+
+/** A set of ranks that run collectives together. Opaque. */
+typedef struct tw_group tw_group_t;
+
+/** Element types of reductions (and of nothing else: bcast moves bytes). */
+typedef enum tw_dtype {
+    TW_INT32,
+    TW_INT64,
+    TW_UINT32,
+    TW_UINT64,
+    TW_FLOAT,
+    TW_DOUBLE,
+    TW_INT8,
+    TW_UINT8
+} tw_dtype_t;
+
+/** Reduction operators. The bitwise ones (BAND, BOR, BXOR) take integer
+ * types only. Integer SUM and PROD wrap (two's complement); MIN and MAX of
+ * floating types follow fmin/fmax (a NaN loses to a number). */
+typedef enum tw_redop { TW_SUM, TW_PROD, TW_MIN, TW_MAX, TW_BAND, TW_BOR, TW_BXOR } tw_redop_t;
+
+/**
+ * The group of every rank of the job, in rank order: made by tw_init,
+ * freed by tw_finalize (tw_group_destroy refuses it). Never NULL for a
+ * live context.
+ * Thread: any.
+ */
+TW_API tw_group_t *tw_group_world(tw_context_t *ctx);
+
+/**
+ * Make a group of the @p n ranks listed in @p ranks; the caller must be one
+ * of them. Collective over those ranks: each calls it with the same list,
+ * in the same order (member i of the group is ranks[i]: roots and
+ * reduction order follow it), and the same @p key. The key tells apart
+ * groups that threads create at the same time over the same ranks (as
+ * MPI_Comm_create_group's tag does); two creations with the same ranks and
+ * key must not overlap in time. Blocks until every member called it (or
+ * TW_COLL_CREATE_TIMEOUT passed).
+ * @return TW_OK; TW_ERR_INVALID (NULL arguments, n < 1, a rank out of
+ *   range or listed twice, the caller not listed); TW_ERR_PEER_FAILED (a
+ *   member failed); TW_ERR_TIMEOUT (a member did not join in time: a
+ *   different list or key, or never called); TW_ERR_NOMEM.
+ * Thread: any; a group belongs to no thread.
+ */
+TW_API tw_status_t tw_group_create(tw_context_t *ctx, const int *ranks, int n, uint64_t key,
+                                   tw_group_t **g);
+
+/**
+ * Free a group made by tw_group_create. Collective over its members (it
+ * waits until no member can still read what this one shares with them);
+ * a failed member does not hold it up.
+ * @return TW_OK; TW_ERR_INVALID (NULL, the world group, or a collective
+ *   still outstanding on it).
+ * Thread: any, but no other call may use @p g during it or after.
+ */
+TW_API tw_status_t tw_group_destroy(tw_group_t *g);
+
+/** Rank of the caller in @p g (its index in the list), or -1 for NULL. */
+TW_API int tw_group_rank(const tw_group_t *g);
+/** Number of members of @p g, or -1 for NULL. */
+TW_API int tw_group_size(const tw_group_t *g);
+
+/*
+ * Collectives. The contract of every call below:
+ * - Every member calls the same collectives on a group in the same order,
+ *   with matching arguments (root, length, count, dtype, op).
+ * - One collective at a time per group, blocking or not: a second one
+ *   while the first is outstanding returns TW_ERR_INVALID at once (it is
+ *   not started; the first is unharmed). Any number of groups may run
+ *   collectives concurrently, from different threads.
+ * - Reductions are deterministic: every member gets the same bits, the
+ *   operands combined in a fixed order that depends on the group's size
+ *   and layout only (never on timing).
+ * - sendbuf == recvbuf is allowed (in place). Roots are group ranks.
+ * - A member that fails (or whose node does) makes the collective complete
+ *   with TW_ERR_PEER_FAILED on every survivor, within about a second; later
+ *   collectives on the group fail at once. Groups without it go on.
+ * - Within a node they run through shared memory where a slot set is
+ *   free (TW_COLL_SLOTS), else point to point; across nodes, through each
+ *   node's leader and point-to-point trees between leaders.
+ * Common errors: TW_ERR_INVALID (NULL group, root out of range, a bad
+ * dtype or op, a bitwise op on a floating type, NULL buffer with data, a
+ * collective outstanding on the group); TW_ERR_PEER_FAILED.
+ */
+
+/** Return when every member entered it. Thread: any (see above). */
+TW_API tw_status_t tw_barrier(tw_group_t *g);
+/** Copy @p len bytes at @p buf of member @p root to @p buf of every member. */
+TW_API tw_status_t tw_bcast(tw_group_t *g, void *buf, size_t len, int root);
+/** Combine the @p count elements of every member's @p sendbuf with @p op
+ * into @p recvbuf of member @p root (recvbuf is not touched elsewhere and
+ * may be NULL there). */
+TW_API tw_status_t tw_reduce(tw_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                             tw_dtype_t dt, tw_redop_t op, int root);
+/** As tw_reduce, the result in @p recvbuf of every member. */
+TW_API tw_status_t tw_allreduce(tw_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                                tw_dtype_t dt, tw_redop_t op);
+
+/*
+ * Nonblocking forms: post, return at once, complete on @p cq with @p user
+ * (op TW_OP_COLL, peer = the group rank of the caller, length = bytes of
+ * the result) like any operation. The progress threads drive them (or
+ * tw_progress in manual mode), so they overlap with the caller's work.
+ * Buffers belong to the operation until it completes. Posting returns
+ * TW_ERR_AGAIN when @p cq is full; errors found later (a failed member)
+ * arrive as the completion's status.
+ */
+TW_API tw_status_t tw_ibarrier(tw_group_t *g, tw_cq_t *cq, void *user);
+TW_API tw_status_t tw_ibcast(tw_group_t *g, void *buf, size_t len, int root, tw_cq_t *cq,
+                             void *user);
+TW_API tw_status_t tw_ireduce(tw_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                              tw_dtype_t dt, tw_redop_t op, int root, tw_cq_t *cq, void *user);
+TW_API tw_status_t tw_iallreduce(tw_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                                 tw_dtype_t dt, tw_redop_t op, tw_cq_t *cq, void *user);
 
 /* ---- errors ---------------------------------------------------------- */
 
