@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (c) 2026 The threadwire authors
+#
+# The collectives (tests/multiproc/test_coll.c), every result checked
+# exactly against a serial computation on every rank:
+#   basic        every collective, dtype, op, root, 0 B .. 4 MiB, in place
+#                and not, on the world group and on subgroups: 1 .. 4
+#                ranks; over tcp alone; on emulated nodes (TW_NODE_ID:
+#                2 nodes of 2, 3 nodes of 1: leaders and point-to-point
+#                trees); without shared-memory slot sets (TW_COLL_SLOTS=0:
+#                the point-to-point algorithms within a node).
+#   threads      threads creating their own groups at once and running
+#                mixed rounds; two threads on one group (TW_ERR_INVALID
+#                while the other's collective is outstanding).
+#   nonblocking  nonblocking collectives on two groups at once, overlapped
+#                with computation and a ring of tw_send / tw_recv on the
+#                same CQ; progress threads and manual mode.
+#   errors       bad arguments refused at once (TW_ERR_INVALID).
+add_executable(test_coll test_coll.c)
+target_link_libraries(test_coll PRIVATE threadwire tw_testlib tw_mp m)
+# name; ranks; test_coll arguments; environment.
+foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--mode basic;"
+           "basic_n4;4;--mode basic;"
+           "basic_tcp_n3;3;--mode basic;TW_TRANSPORTS=tcp"
+           "basic_nodes2_n4;4;--mode basic;TW_NODE_ID=0,0,1,1"
+           "basic_nodes3_n3;3;--mode basic;TW_NODE_ID=0,1,2"
+           "basic_noslots_n3;3;--mode basic;TW_COLL_SLOTS=0"
+           "threads_n2;2;--mode threads -t 3;" "threads_n3;3;--mode threads -t 2;"
+           "threads_tcp_n3;3;--mode threads -t 2;TW_TRANSPORTS=tcp"
+           "nonblocking_n2;2;--mode nonblocking -t 2 -m 400;"
+           "nonblocking_n3;3;--mode nonblocking -t 2 -m 400;"
+           "nonblocking_n2_manual;2;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
+           "nonblocking_n3_manual;3;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
+           "errors_n2;2;--mode errors;")
+  list(GET _v 0 _name)
+  list(GET _v 1 _np)
+  list(GET _v 2 _a)
+  separate_arguments(_args UNIX_COMMAND "${_a}")
+  list(SUBLIST _v 3 -1 _env)
+  add_test(NAME ${TW_TEST_PREFIX}coll_${_name}
+           COMMAND twrun -n ${_np} $<TARGET_FILE:test_coll> ${_args} --max-stall 20)
+  set_tests_properties(${TW_TEST_PREFIX}coll_${_name} PROPERTIES
+    LABELS multiproc TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV};${_env}")
+endforeach()
