@@ -42,3 +42,29 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
   set_tests_properties(${TW_TEST_PREFIX}coll_${_name} PROPERTIES
     LABELS multiproc TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV};${_env}")
 endforeach()
+
+# ---- the log lines the cases provoke on purpose (tests/README.md) ----
+# A bitwise operator on a floating type, refused on purpose (basic: every
+# dtype x op; threads: a few of the mixed rounds).
+set(_coll_float_bitwise
+  "api. error: tw_i?(reduce|allreduce): operator [A-Za-z_]+ .[456]. does not apply to [A-Za-z_]+$")
+foreach(_t basic_n1 basic_n2 basic_n3 basic_n4 basic_tcp_n3 basic_nodes2_n4 basic_nodes3_n3
+           basic_noslots_n3 threads_n2 threads_n3 threads_tcp_n3)
+  tw_expect_log(coll_${_t} PATTERNS "${_coll_float_bitwise}")
+endforeach()
+# threads: the other thread's collectives on a group whose iallreduce is
+# held outstanding, refused on purpose.
+tw_expect_log(coll_threads_n2 coll_threads_n3 coll_threads_tcp_n3 PATTERNS
+  "coll. error: i?(barrier|bcast|reduce|allreduce): another collective is outstanding on this group .one at a time per group.$")
+# errors: every bad argument, on purpose.
+tw_expect_log(coll_errors_n2 PATTERNS
+  "${_coll_float_bitwise}"
+  "api. error: tw_i?(barrier|bcast|reduce|allreduce): NULL group$"
+  "api. error: tw_i?(bcast|reduce): root -?[0-9]+ is not a member .group of [0-9]+.$"
+  "api. error: tw_i?(reduce|allreduce): -?[0-9]+ is not a tw_dtype_t$"
+  "api. error: tw_i?(reduce|allreduce): operator [A-Za-z_?]+ .-?[0-9]+. does not apply to [A-Za-z_0-9]+$"
+  "api. error: tw_i?(reduce|allreduce): NULL (sendbuf|recvbuf) with [0-9]+ elements$"
+  "api. error: tw_i?bcast: NULL buffer with [0-9]+ bytes$"
+  "api. error: tw_i(barrier|allreduce): NULL completion queue$"
+  "api. error: tw_group_create: (NULL ranks|NULL g|n out of range|NULL context|ranks.[0-9]+. = -?[0-9]+ is not in the job .size [0-9]+.|rank [0-9]+ is listed twice|the caller .rank [0-9]+. is not in the list)$"
+  "api. error: tw_group_destroy: (NULL group|the world group is tw_finalize's to free|a collective is still outstanding on the group)$")

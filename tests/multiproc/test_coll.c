@@ -1261,9 +1261,9 @@ static void mode_errors(void)
     tw_group_t *g = NULL, *w;
     tw_cq_t *cq;
     int64_t v[4] = {1, 2, 3, 4}, r[4];
-    float f[4] = {1, 2, 3, 4};
+    double f[4] = {1, 2, 3, 4}; /* room for 4 of either floating type */
     unsigned bad_calls = 0;
-    int l[MAX_RANKS], n = g_size;
+    int l[MAX_RANKS] = {0}, n = g_size;
     const tw_dtype_t bad_dt = (tw_dtype_t)(TW_UINT8 + 1), neg_dt = (tw_dtype_t)-1;
     const tw_redop_t bad_op = (tw_redop_t)(TW_BXOR + 1), neg_op = (tw_redop_t)-1;
 
@@ -1334,6 +1334,7 @@ static void mode_errors(void)
     EXPECT_INVALID(tw_group_create(g_ctx, l, 2, 14, &g));
     EXPECT_INVALID(tw_group_create(g_ctx, l, 0, 15, &g));
     EXPECT_INVALID(tw_group_create(g_ctx, l, -1, 16, &g));
+    EXPECT_INVALID(tw_group_create(g_ctx, l, g_size + 1, 16, &g));
     EXPECT_INVALID(tw_group_create(g_ctx, NULL, 1, 17, &g));
     EXPECT_INVALID(tw_group_create(g_ctx, &g_rank, 1, 18, NULL));
     EXPECT_INVALID(tw_group_create(NULL, &g_rank, 1, 19, &g));
