@@ -18,6 +18,20 @@
 #   errors       bad arguments refused at once (TW_ERR_INVALID).
 add_executable(test_coll test_coll.c)
 target_link_libraries(test_coll PRIVATE threadwire tw_testlib tw_mp m)
+# TW_COLL_SLOTS comes with the shared-memory slot sets: until the library
+# knows it (an unknown TW_* variable draws a warning), that case waits.
+set(_coll_slots OFF)
+file(GLOB _coll_srcs ${PROJECT_SOURCE_DIR}/src/coll/*.c)
+foreach(_f IN LISTS _coll_srcs)
+  file(STRINGS ${_f} _hit REGEX "\"TW_COLL_SLOTS\"")
+  if(_hit)
+    set(_coll_slots ON)
+  endif()
+endforeach()
+if(NOT _coll_slots)
+  message(STATUS "coll_basic_noslots_n3 not registered: the library has no TW_COLL_SLOTS yet")
+endif()
+set(_coll_basic_tests "")
 # name; ranks; test_coll arguments; environment.
 foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--mode basic;"
            "basic_n4;4;--mode basic;"
@@ -33,6 +47,12 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "nonblocking_n3_manual;3;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
            "errors_n2;2;--mode errors;")
   list(GET _v 0 _name)
+  if(_name STREQUAL "basic_noslots_n3" AND NOT _coll_slots)
+    continue()
+  endif()
+  if(_name MATCHES "^basic_")
+    list(APPEND _coll_basic_tests ${_name})
+  endif()
   list(GET _v 1 _np)
   list(GET _v 2 _a)
   separate_arguments(_args UNIX_COMMAND "${_a}")
@@ -48,8 +68,7 @@ endforeach()
 # dtype x op; threads: a few of the mixed rounds).
 set(_coll_float_bitwise
   "api. error: tw_i?(reduce|allreduce): operator [A-Za-z_]+ .[456]. does not apply to [A-Za-z_]+$")
-foreach(_t basic_n1 basic_n2 basic_n3 basic_n4 basic_tcp_n3 basic_nodes2_n4 basic_nodes3_n3
-           basic_noslots_n3 threads_n2 threads_n3 threads_tcp_n3)
+foreach(_t ${_coll_basic_tests} threads_n2 threads_n3 threads_tcp_n3)
   tw_expect_log(coll_${_t} PATTERNS "${_coll_float_bitwise}")
 endforeach()
 # threads: the other thread's collectives on a group whose iallreduce is
