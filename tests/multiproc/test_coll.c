@@ -24,7 +24,10 @@
  *                the group goes on), in place and not, roots over every
  *                member, 0 B .. 4 MiB; a barrier no member leaves before
  *                the last one entered (the monotonic clock is the
- *                machine's, the same in every process).
+ *                machine's, the same in every process); float and double
+ *                sums that round, where the library's order shows: the
+ *                same bits on every member, in place and not, and within
+ *                rounding of the exact sum.
  *   threads      T threads (-t), each creating its own groups in the same
  *                order on every rank (the world list under two keys, its
  *                parity subset, the reversed list), then ROUNDS (-m) mixed
@@ -574,6 +577,70 @@ static void do_reduction(tgroup_t *tg, tw_dtype_t dt, tw_redop_t op, size_t coun
     tw_mp_tick();
 }
 
+/* Sums that round: fractional inputs of mixed magnitude, so the order of
+ * the additions shows in the last bits. No serial result to compare with
+ * bit for bit (the order is the library's), but every member must get the
+ * same bits, out of place and in place alike, twice (never on timing),
+ * within rounding of the exact sum. */
+static double rounding_input(const tgroup_t *tg, uint64_t round, int wrank, size_t i, tw_dtype_t dt)
+{
+    uint64_t st = input_base(tg, round, wrank) + i * GOLD, r = twt_rand(&st);
+    double v = ldexp((double)(r >> 40) - 8388608.0, -(int)(r % 40));
+    return dt == TW_FLOAT ? (double)(float)v : v;
+}
+
+static void do_rounding_sum(tgroup_t *tg, tw_dtype_t dt, size_t count)
+{
+    uint64_t round = tg->round;
+    size_t es = dt_size(dt), bytes = count * es;
+    unsigned char *in = buf_new(bytes, 0), *a = buf_new(bytes, GARBAGE);
+    unsigned char *b = buf_new(bytes, 0);
+    what_t w = {.coll = "allreduce (rounding)",
+                .tg = tg,
+                .round = round,
+                .dt = dt,
+                .op = TW_SUM,
+                .count = count,
+                .root = -1};
+    char d[256];
+
+    for (size_t i = 0; i < count; i++) {
+        double v = rounding_input(tg, round, tg->ranks[tg->me], i, dt);
+        if (dt == TW_FLOAT) {
+            ((float *)in)[i] = (float)v;
+        } else {
+            ((double *)in)[i] = v;
+        }
+    }
+    memcpy(b, in, bytes);
+    tw_status_t st = tw_allreduce(tg->g, in, a, count, dt, TW_SUM);
+    TW_MP_CHECK(st == TW_OK, "%s: %s", describe(&w, d, sizeof(d)), tw_strerror(st));
+    agree(tg, a, bytes, &w);
+    st = tw_allreduce(tg->g, b, b, count, dt, TW_SUM);
+    TW_MP_CHECK(st == TW_OK, "%s in place: %s", describe(&w, d, sizeof(d)), tw_strerror(st));
+    /* the same inputs reduced in place: the same bits */
+    check_equal(b, a, &w);
+    check_guard(a, bytes, &w, "recvbuf");
+    check_guard(b, bytes, &w, "the in-place buffer");
+    for (size_t i = 0; i < count; i++) { /* within rounding of the exact sum */
+        double exact = 0, mag = 0, got = dt == TW_FLOAT ? ((float *)a)[i] : ((double *)a)[i];
+        for (int j = 0; j < tg->n; j++) {
+            double v = rounding_input(tg, round, tg->ranks[j], i, dt);
+            exact += v;
+            mag += fabs(v);
+        }
+        double eps = dt == TW_FLOAT ? 1.2e-7 : 2.3e-16;
+        TW_MP_CHECK(fabs(got - exact) <= 2.0 * tg->n * eps * mag,
+                    "%s: element %zu is %.17g, the exact sum %.17g", describe(&w, d, sizeof(d)), i,
+                    got, exact);
+    }
+    tg->round += 3; /* the inputs' round, the hash, the in-place pass */
+    free(in);
+    free(a);
+    free(b);
+    tw_mp_tick();
+}
+
 /* ---- mode basic ----------------------------------------------------------- */
 
 /* Element counts (bcast: bytes); the last two are bytes (1 MiB, 4 MiB). */
@@ -640,6 +707,10 @@ static void basic_schedule(tgroup_t *tg, bool big)
             do_bcast(tg, len, root);
         }
     }
+    tw_mp_phase("basic: rounding sums");
+    do_rounding_sum(tg, TW_FLOAT, 57);
+    do_rounding_sum(tg, TW_DOUBLE, 1000);
+    do_rounding_sum(tg, TW_FLOAT, 8192);
     do_barrier(tg);
 }
 
