@@ -393,7 +393,7 @@ typedef struct what {
 static char *describe(const what_t *w, char *s, size_t len)
 {
     snprintf(s, len,
-             "%s on group %s (%d members, me %d) round %llu: %s %s count %zu root %d%s, "
+             "%.24s on group %.47s (%d members, me %d) round %llu: %s %s count %zu root %d%s, "
              "seed %llu",
              w->coll, w->tg->name, w->tg->n, w->tg->me, (unsigned long long)w->round,
              dt_name[w->dt], op_name[w->op], w->count, w->root, w->inplace ? " in place" : "",
