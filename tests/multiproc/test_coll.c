@@ -31,7 +31,9 @@
  *   threads      T threads (-t), each creating its own groups in the same
  *                order on every rank (the world list under two keys, its
  *                parity subset, the reversed list), then ROUNDS (-m) mixed
- *                rounds on them; then two threads share one group: while
+ *                rounds on them, then ROUNDS / 20 groups made, used and
+ *                freed in turn under one key; then two threads share one
+ *                group: while
  *                one holds an iallreduce that cannot complete (the other
  *                ranks post theirs only when told), every collective the
  *                other posts there must be TW_ERR_INVALID at once, and the
@@ -45,7 +47,8 @@
  *   errors       bad arguments (a NULL group, roots out of range, bad
  *                dtype and op values, NULL buffers with data, NULL CQs, bad
  *                rank lists, destroying the world group or a busy group)
- *                return TW_ERR_INVALID at once, and the groups go on.
+ *                return TW_ERR_INVALID at once, and the groups go on; a
+ *                full CQ is TW_ERR_AGAIN and leaves the group usable.
  *
  * Sizes are divided by TWTEST_SCALE where they cost time. A failed check
  * names the rank, the group, the round, the collective and the seed.
@@ -83,6 +86,7 @@ static int g_rank, g_size;
 static uint64_t g_seed;
 static unsigned g_threads;
 static uint64_t g_rounds;
+static uint64_t g_cycles; /* threads: groups made and freed in turn */
 static bool g_manual;
 
 /* ---- groups -------------------------------------------------------------- */
@@ -754,7 +758,7 @@ typedef struct worker {
     unsigned id;
     pthread_t th;
     tgroup_t groups[NTG];
-    uint64_t done, invalid;
+    uint64_t done, cycles;
 } worker_t;
 
 static worker_t g_w[MAX_THREADS];
@@ -814,6 +818,19 @@ static void *thread_main(void *arg)
     for (int i = 0; i < NTG; i++) {
         do_barrier(&w->groups[i]);
         group_free(&w->groups[i]);
+    }
+    /* Groups made and freed in turn, one key for all of them (they never
+     * overlap): their slot sets and ids are reused while the other
+     * threads do the same. */
+    for (uint64_t c = 0; c < g_cycles; c++) {
+        tgroup_t tg;
+        n = c % 2 ? list_reversed(l) : list_world(l);
+        group_make(&tg, c % 2 ? "cycled reversed list" : "cycled world list", l, n, key + 8,
+                   id + 8 + c);
+        do_reduction(&tg, TW_INT32, TW_SUM, c % 3 == 0 ? 5 : 3000, -1, c % 4 < 2);
+        do_bcast(&tg, 100, (int)(c % (uint64_t)n));
+        group_free(&tg);
+        w->cycles++;
     }
     return NULL;
 }
@@ -989,6 +1006,10 @@ static void mode_threads(void)
         rounds += g_w[i].done;
     }
     TW_MP_CHECK(rounds == g_rounds * g_threads, "%llu rounds", (unsigned long long)rounds);
+    for (unsigned i = 0; i < g_threads; i++) {
+        TW_MP_CHECK(g_w[i].cycles == g_cycles, "thread %u: %llu group cycles", i,
+                    (unsigned long long)g_w[i].cycles);
+    }
 
     tw_mp_phase("threads: one group, two threads");
     int l[MAX_RANKS], n = list_world(l);
@@ -1005,9 +1026,10 @@ static void mode_threads(void)
     }
     do_barrier(&g_sh.tg);
     group_free(&g_sh.tg);
-    printf("coll threads rank %d of %d: %u threads x %llu mixed rounds on 4 groups each exact; "
-           "shared group: %llu attempts, %llu calls refused while held\n",
-           g_rank, g_size, g_threads, (unsigned long long)g_rounds,
+    printf("coll threads rank %d of %d: %u threads x %llu mixed rounds on 4 groups each exact, "
+           "%llu groups made and freed in turn; shared group: %llu attempts, %llu calls "
+           "refused while held\n",
+           g_rank, g_size, g_threads, (unsigned long long)g_rounds, (unsigned long long)g_cycles,
            (unsigned long long)g_sh.attempts, (unsigned long long)g_sh.refused);
 }
 
@@ -1457,6 +1479,22 @@ static void mode_errors(void)
     busy.round++;
     do_barrier(&busy);
     group_free(&busy);
+
+    /* A full CQ: TW_ERR_AGAIN, and the group is not left busy by it. */
+    tw_cq_t *one;
+    TW_MP_CHECK(tw_cq_create(g_ctx, 1, &one) == TW_OK, "tw_cq_create");
+    TW_MP_CHECK(tw_ibarrier(self.g, one, &self) == TW_OK, "tw_ibarrier on the self group");
+    tw_status_t st = tw_ibarrier(w, one, &world);
+    TW_MP_CHECK(st == TW_ERR_AGAIN, "tw_ibarrier on a full CQ returned %s", tw_strerror(st));
+    cq_take(one, c, 1, "the self group's ibarrier");
+    TW_MP_CHECK(c[0].user == &self && c[0].op == TW_OP_COLL && c[0].status == TW_OK,
+                "the self group's ibarrier: %s", tw_strerror(c[0].status));
+    st = tw_ibarrier(w, one, &world);
+    TW_MP_CHECK(st == TW_OK, "tw_ibarrier after the CQ drained: %s", tw_strerror(st));
+    cq_take(one, c, 1, "the world's ibarrier");
+    TW_MP_CHECK(c[0].user == &world && c[0].op == TW_OP_COLL && c[0].status == TW_OK,
+                "the world's ibarrier: %s", tw_strerror(c[0].status));
+    TW_MP_CHECK(tw_cq_destroy(one) == TW_OK, "tw_cq_destroy");
     group_free(&self);
     do_barrier(&world);
     TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
@@ -1498,6 +1536,7 @@ int main(int argc, char **argv)
     g_seed = o.seed;
     g_threads = o.threads;
     g_rounds = twt_scaled(o.messages, 4);
+    g_cycles = twt_scaled(o.messages / 20, 4);
     g_manual = pt != NULL && strcmp(pt, "0") == 0;
 
     g_ctx = tw_mp_init();
