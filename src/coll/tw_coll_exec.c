@@ -69,7 +69,7 @@ static tw_status_t tw_exec_revoke(tw_coll_op_t *op)
 
     for (; !g->revoked && g->revoke_next < g->n; g->revoke_next++) {
         int m = g->revoke_next;
-        if (m == g->me) {
+        if (m == g->me || tw_coll_is_down(g->coll, g->ranks[m])) {
             continue;
         }
         tw_status_t st = tw_msg_coll_ctl(g->coll->p.msg, g->ranks[m],
