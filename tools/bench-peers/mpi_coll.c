@@ -24,6 +24,7 @@
  * ('#' lines are comments; the last three are '-' except for iallreduce).
  * Build: mpicc -O2 -o mpi_coll tools/bench-peers/mpi_coll.c -lpthread
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, posix_memalign, pthread barriers */
 #include <mpi.h>
 
 #include "../perf/coll_bench.h"

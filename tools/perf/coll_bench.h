@@ -284,6 +284,7 @@ typedef struct cb_thread {
     unsigned char *sbuf, *rbuf;
     double lat_us, overall_us, compute_us, test_us; /* means over iterations */
     int bad;                                        /* a wrong result */
+    volatile double sink;                           /* what cb_compute computed */
 } cb_thread_t;
 
 static void cb_fail(const cb_ops_t *ops, const char *what)
@@ -293,10 +294,10 @@ static void cb_fail(const cb_ops_t *ops, const char *what)
     exit(1); /* the launcher stops the others */
 }
 
-/* Some arithmetic the compiler cannot drop, for @p us microseconds by the
- * clock, as OSU's dummy compute. */
-static volatile double cb_sink;
-static void cb_compute(double us)
+/* Some arithmetic the compiler cannot drop (its result goes to the
+ * thread's sink), for @p us microseconds by the clock, as OSU's dummy
+ * compute. */
+static double cb_compute(double us)
 {
     double x = 1.0, t0 = cb_now_us();
 
@@ -305,7 +306,7 @@ static void cb_compute(double us)
             x = x * 1.000000001 + 1e-12;
         }
     } while (cb_now_us() - t0 < us);
-    cb_sink = x;
+    return x;
 }
 
 /* The pattern: element j of rank r's send buffer is r + 1 + j % 7, so the
@@ -389,11 +390,11 @@ static double cb_compute_probing(cb_thread_t *t, double us, bool *done)
     double test_us = 0;
 
     if (probes == 0) {
-        cb_compute(us);
+        t->sink += cb_compute(us);
         return 0;
     }
     for (int k = 0; k < probes; k++) {
-        cb_compute(us / probes);
+        t->sink += cb_compute(us / probes);
         double t0 = cb_now_us();
         int rc = *done ? 1 : ops->itest(t->h);
         test_us += cb_now_us() - t0;
