@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../src"
 rank() {
   case $1 in
     core) echo 0 ;; progress | shmem) echo 1 ;; transports) echo 2 ;;
-    reliability | routing) echo 3 ;; msg) echo 4 ;; runtime) echo 5 ;; *) echo -1 ;;
+    reliability | routing) echo 3 ;; msg) echo 4 ;; coll) echo 5 ;; runtime) echo 6 ;; *) echo -1 ;;
   esac
 }
 bad=0

@@ -488,12 +488,13 @@ TW_API tw_status_t tw_group_create(tw_context_t *ctx, const int *ranks, int n, u
                                    tw_group_t **g);
 
 /**
- * Free a group made by tw_group_create. Collective over its members (it
- * waits until no member can still read what this one shares with them);
- * a failed member does not hold it up.
+ * Free a group made by tw_group_create. Not collective: it waits for
+ * nobody (members free their part of what they share when the last of
+ * them lets go), so a member may free a group that failed at once.
  * @return TW_OK; TW_ERR_INVALID (NULL, the world group, or a collective
  *   still outstanding on it).
- * Thread: any, but no other call may use @p g during it or after.
+ * Thread: any, but no other call may use @p g during it or after. Groups
+ * left at tw_finalize are freed by it.
  */
 TW_API tw_status_t tw_group_destroy(tw_group_t *g);
 
@@ -591,7 +592,7 @@ TW_API tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out);
  *      "bootstrap":"twrun","node":0,"nnodes":1,"nodes":[[0,1]],
  *      "engines":[{"name":"...","tid":123,"cpus":"0-3","counters":{...}}],
  *      "ifaces":{"tl:shm":{"tx_msgs":12,...},"lossy:shm":{...},"rel":{...}},
- *      "msg":{...},"rma":{...},"cq":{...}}
+ *      "msg":{...},"coll":{...},"rma":{...},"cq":{...}}
  *
  * "threadwire_stats" is the format's version (1); "progress" is "thread"
  * or "manual"; "bootstrap" how the job was joined ("twrun", "pmix",

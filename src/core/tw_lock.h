@@ -39,6 +39,7 @@ typedef enum tw_lock_rank {
     TW_LOCK_RANK_RMA_PEER = 24,     /* msg: a peer's one-sided state */
     TW_LOCK_RANK_RMA_DEFER = 26,    /* msg: deferred one-sided replies */
     TW_LOCK_RANK_MATCH_WILD = 28,   /* msg: the any-source receive list */
+    TW_LOCK_RANK_COLL_TABLE = 30,   /* coll: a context's group table */
     TW_LOCK_RANK_REL_PEER = 40,     /* reliability: a peer */
     TW_LOCK_RANK_REL_ARM = 42,      /* reliability: the timer */
     TW_LOCK_RANK_ROUTE_OUT = 44,    /* routing: numbering frames to a rank */

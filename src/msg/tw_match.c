@@ -429,3 +429,46 @@ tw_match_recv_t *tw_match_arrive(tw_match_t *m, int src, uint64_t tag, const voi
         }
     }
 }
+
+/* ---- taking back ----------------------------------------------------- */
+
+tw_match_recv_t *tw_match_cancel(tw_match_t *m, int src, uint64_t tag)
+{
+    tw_match_bucket_t *b = &m->buckets[tw_match_hash(m, src, tag)];
+    tw_match_recv_t *r;
+
+    /* A bucket holds exact receives only: the first that accepts
+     * (src, tag) is the earliest posted for exactly that. */
+    tw_spinlock_lock(&b->lock);
+    r = tw_match_take_recv(&b->posted_head, &b->posted_tail, src, tag, true);
+    tw_spinlock_unlock(&b->lock);
+    return r;
+}
+
+void tw_match_purge(tw_match_t *m, uint64_t tag, uint64_t mask,
+                    void (*fn)(tw_match_unexp_t *u, void *arg), void *arg)
+{
+    tw_match_unexp_t *out = NULL;
+
+    for (unsigned i = 0; i < m->nbuckets; i++) {
+        tw_match_bucket_t *b = &m->buckets[i];
+        tw_match_unexp_t *prev = NULL;
+        tw_spinlock_lock(&b->lock);
+        for (tw_match_unexp_t *u = b->unexp_head, *next; u != NULL; u = next) {
+            next = u->next;
+            if (((u->tag ^ tag) & mask) != 0) {
+                prev = u;
+                continue;
+            }
+            tw_match_unlink_unexp(b, prev, u);
+            atomic_fetch_sub_explicit(&m->n_unexp, 1, memory_order_relaxed);
+            u->next = out;
+            out = u;
+        }
+        tw_spinlock_unlock(&b->lock);
+    }
+    for (tw_match_unexp_t *u = out, *next; u != NULL; u = next) {
+        next = u->next;
+        fn(u, arg);
+    }
+}

@@ -102,6 +102,20 @@ void tw_match_fail_src(tw_match_t *m, int src, void (*fail)(tw_match_recv_t *r, 
 
 void tw_match_unexp_free(tw_match_unexp_t *u);
 
+/**
+ * Take back the earliest posted exact receive for (@p src, @p tag) (no
+ * wildcard, no ignored bits), or NULL when there is none (it matched, or
+ * was never posted). The caller owns what is returned. Thread: any.
+ */
+tw_match_recv_t *tw_match_cancel(tw_match_t *m, int src, uint64_t tag);
+
+/**
+ * Take every unexpected message whose tag equals @p tag on the bits of
+ * @p mask and hand each to @p fn (which frees it). Thread: any.
+ */
+void tw_match_purge(tw_match_t *m, uint64_t tag, uint64_t mask,
+                    void (*fn)(tw_match_unexp_t *u, void *arg), void *arg);
+
 static inline bool tw_match_hits(const tw_match_recv_t *r, int src, uint64_t tag)
 {
     return (r->src == TW_ANY_SOURCE || r->src == src) && ((r->tag ^ tag) & ~r->ignore) == 0;

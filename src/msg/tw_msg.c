@@ -42,6 +42,9 @@ typedef struct tw_msg_am_entry {
 
 struct tw_msg {
     tw_match_t match;
+    tw_match_t coll_match; /* TW_MSG_AM_COLL: the library's own tags */
+    tw_msg_ctl_fn_t ctl_fn;
+    void *ctl_arg;
     tw_tl_iface_t **route; /* [size]; written before traffic, then read-only */
     tw_stats_t *stats;
     tw_context_t *ctx;
@@ -135,6 +138,11 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
     if (st != TW_OK) {
         goto err_stats;
     }
+    st = tw_match_init(&msg->coll_match, 256);
+    if (st != TW_OK) {
+        tw_match_cleanup(&msg->match, NULL, NULL);
+        goto err_stats;
+    }
     tw_rma_params_t rp = {.rank = params->rank,
                           .size = params->size,
                           .route = msg->route,
@@ -148,6 +156,7 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
     return TW_OK;
 
 err_match:
+    tw_match_cleanup(&msg->coll_match, NULL, NULL);
     tw_match_cleanup(&msg->match, NULL, NULL);
 err_stats:
     tw_stats_destroy(msg->stats);
@@ -183,6 +192,7 @@ void tw_msg_destroy(tw_msg_t *msg)
 {
     tw_rma_destroy(msg->rma);
     tw_match_cleanup(&msg->match, tw_msg_cancel_recv, msg);
+    tw_match_cleanup(&msg->coll_match, tw_msg_cancel_recv, msg);
     for (size_t i = 0; i < TW_ARRAY_SIZE(msg->am); i++) {
         tw_msg_am_entry_t *e = atomic_load_explicit(&msg->am[i], memory_order_acquire);
         if (e != NULL) {
@@ -198,6 +208,12 @@ void tw_msg_destroy(tw_msg_t *msg)
 static bool tw_msg_is_down(tw_msg_t *msg, int peer)
 {
     return atomic_load_explicit(&msg->down[peer], memory_order_seq_cst) != 0;
+}
+
+/* The matching space of transport am id @p am_id (TAG or COLL). */
+static tw_match_t *tw_msg_space(tw_msg_t *msg, uint8_t am_id)
+{
+    return am_id == TW_MSG_AM_COLL ? &msg->coll_match : &msg->match;
 }
 
 static void tw_msg_fail_recv(tw_match_recv_t *r, void *arg)
@@ -217,6 +233,7 @@ bool tw_msg_peer_down(tw_msg_t *msg, int peer)
         return false;
     }
     tw_match_fail_src(&msg->match, peer, tw_msg_fail_recv, msg);
+    tw_match_fail_src(&msg->coll_match, peer, tw_msg_fail_recv, msg);
     tw_rma_peer_down(msg->rma, peer);
     return true;
 }
@@ -312,10 +329,12 @@ err_unreserve:
     return st;
 }
 
-tw_status_t tw_msg_send_inject(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len)
+/* One am_short of header and @p len <= TW_INJECT_MAX bytes, no completion. */
+static tw_status_t tw_msg_inject(tw_msg_t *msg, uint8_t am_id, uint8_t type, int dst, uint64_t tag,
+                                 const void *buf, size_t len)
 {
     tw_msg_hdr_t hdr = {.version = TW_MSG_PROTO_VERSION,
-                        .type = TW_MSG_TYPE_TAG,
+                        .type = type,
                         .src_thread = tw_thread_index(),
                         .tag = tag,
                         .len = len};
@@ -331,7 +350,7 @@ tw_status_t tw_msg_send_inject(tw_msg_t *msg, int dst, uint64_t tag, const void 
     /* Every transport's max_short holds TW_TL_SHORT_MIN, and the header
      * and TW_INJECT_MAX bytes fit in that (asserted on top): one am_short,
      * which copies, whatever the eager limit. */
-    st = tw_tl_am_short(iface, dst, TW_MSG_AM_TAG, &hdr, sizeof(hdr), buf, len);
+    st = tw_tl_am_short(iface, dst, am_id, &hdr, sizeof(hdr), buf, len);
     if (st != TW_OK) {
         return st;
     }
@@ -341,16 +360,59 @@ tw_status_t tw_msg_send_inject(tw_msg_t *msg, int dst, uint64_t tag, const void 
     return TW_OK;
 }
 
-tw_status_t tw_msg_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,
-                        tw_cq_t *cq, void *user)
+tw_status_t tw_msg_send_inject(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len)
+{
+    return tw_msg_inject(msg, TW_MSG_AM_TAG, TW_MSG_TYPE_TAG, dst, tag, buf, len);
+}
+
+tw_status_t tw_msg_coll_ctl(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len)
+{
+    if (len > TW_INJECT_MAX) {
+        return TW_ERR_INVALID;
+    }
+    return tw_msg_inject(msg, TW_MSG_AM_COLL, TW_MSG_TYPE_CTL, dst, tag, buf, len);
+}
+
+size_t tw_msg_eager_max(tw_msg_t *msg, int dst)
+{
+    tw_tl_iface_t *iface = msg->route[dst];
+    size_t room;
+
+    if (iface == NULL || iface->attr.max_short < sizeof(tw_msg_hdr_t)) {
+        return 0;
+    }
+    room = iface->attr.max_short - sizeof(tw_msg_hdr_t);
+    return TW_MIN(room, msg->eager_limit);
+}
+
+void tw_msg_coll_set_ctl(tw_msg_t *msg, tw_msg_ctl_fn_t fn, void *arg)
+{
+    msg->ctl_fn = fn;
+    msg->ctl_arg = arg;
+}
+
+static tw_status_t tw_msg_send_tagged(tw_msg_t *msg, uint8_t am_id, int dst, uint64_t tag,
+                                      const void *buf, size_t len, tw_cq_t *cq, void *user)
 {
     tw_msg_hdr_t hdr = {.version = TW_MSG_PROTO_VERSION,
                         .type = TW_MSG_TYPE_TAG,
                         .src_thread = tw_thread_index(),
                         .tag = tag,
                         .len = len};
-    return tw_msg_post_send(msg, dst, TW_MSG_AM_TAG, &hdr, sizeof(hdr), buf, len, tag, TW_OP_SEND,
-                            cq, user);
+    return tw_msg_post_send(msg, dst, am_id, &hdr, sizeof(hdr), buf, len, tag, TW_OP_SEND, cq,
+                            user);
+}
+
+tw_status_t tw_msg_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,
+                        tw_cq_t *cq, void *user)
+{
+    return tw_msg_send_tagged(msg, TW_MSG_AM_TAG, dst, tag, buf, len, cq, user);
+}
+
+tw_status_t tw_msg_coll_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,
+                             tw_cq_t *cq, void *user)
+{
+    return tw_msg_send_tagged(msg, TW_MSG_AM_COLL, dst, tag, buf, len, cq, user);
 }
 
 tw_status_t tw_msg_am_send(tw_msg_t *msg, int dst, uint8_t id, const void *hdr, size_t hdr_len,
@@ -521,8 +583,9 @@ static void tw_msg_rndv_matched(tw_msg_t *msg, tw_match_recv_t *r, tw_match_unex
     tw_pe_hand_over(iface->pe, &cmd);
 }
 
-tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
-                        size_t len, tw_cq_t *cq, void *user)
+static tw_status_t tw_msg_post_recv(tw_msg_t *msg, tw_match_t *m, int src, uint64_t tag,
+                                    uint64_t ignore_mask, void *buf, size_t len, tw_cq_t *cq,
+                                    void *user)
 {
     tw_match_recv_t *r;
     tw_match_unexp_t *u;
@@ -544,12 +607,12 @@ tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_ma
                            .len = len,
                            .cq = cq,
                            .user = user};
-    u = tw_match_post(&msg->match, r);
+    u = tw_match_post(m, r);
     if (u == NULL) {
         /* Posted. If its source is gone, make sure it does not wait
          * forever (the sweep may have run before the post). */
         if (src != TW_ANY_SOURCE && tw_msg_is_down(msg, src)) {
-            tw_match_fail_src(&msg->match, src, tw_msg_fail_recv, msg);
+            tw_match_fail_src(m, src, tw_msg_fail_recv, msg);
         }
     } else if (u->rndv != NULL) {
         tw_msg_rndv_matched(msg, r, u);
@@ -558,6 +621,49 @@ tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_ma
         tw_match_unexp_free(u);
     }
     return TW_OK;
+}
+
+tw_status_t tw_msg_recv(tw_msg_t *msg, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
+                        size_t len, tw_cq_t *cq, void *user)
+{
+    return tw_msg_post_recv(msg, &msg->match, src, tag, ignore_mask, buf, len, cq, user);
+}
+
+tw_status_t tw_msg_coll_recv(tw_msg_t *msg, int src, uint64_t tag, void *buf, size_t len,
+                             tw_cq_t *cq, void *user)
+{
+    return tw_msg_post_recv(msg, &msg->coll_match, src, tag, 0, buf, len, cq, user);
+}
+
+bool tw_msg_coll_cancel(tw_msg_t *msg, int src, uint64_t tag)
+{
+    tw_match_recv_t *r = tw_match_cancel(&msg->coll_match, src, tag);
+
+    if (r == NULL) {
+        return false;
+    }
+    tw_cq_unreserve(r->cq);
+    tw_free(r, sizeof(*r));
+    return true;
+}
+
+/* A leftover unexpected message: freed; a rendezvous one is released on
+ * the engine that owns its transport, so its sender completes. */
+static void tw_msg_purge_one(tw_match_unexp_t *u, void *arg)
+{
+    tw_msg_t *msg = arg;
+
+    if (u->rndv != NULL) {
+        tw_tl_iface_t *iface = msg->route[u->src];
+        tw_pe_cmd_t cmd = {.fn = tw_msg_rndv_release_cmd, .arg = iface, .data = u->rndv};
+        tw_pe_hand_over(iface->pe, &cmd);
+    }
+    tw_match_unexp_free(u);
+}
+
+void tw_msg_coll_purge(tw_msg_t *msg, uint64_t tag, uint64_t mask)
+{
+    tw_match_purge(&msg->coll_match, tag, mask, tw_msg_purge_one, msg);
 }
 
 tw_status_t tw_msg_am_register(tw_msg_t *msg, uint8_t id, tw_am_handler_t fn, void *arg)
@@ -601,7 +707,8 @@ void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
         tw_rma_recv(msg->rma, src, hdr, hdr_len, data, len);
         return;
     }
-    if ((am_id != TW_MSG_AM_TAG && am_id != TW_MSG_AM_USER) || hdr_len < sizeof(h)) {
+    if ((am_id != TW_MSG_AM_TAG && am_id != TW_MSG_AM_USER && am_id != TW_MSG_AM_COLL) ||
+        hdr_len < sizeof(h)) {
         tw_msg_drop(msg, src, "unknown transport am id or short header");
         return;
     }
@@ -614,10 +721,18 @@ void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
         tw_msg_drop(msg, src, "payload length does not match the header");
         return;
     }
-    if (am_id == TW_MSG_AM_TAG && h.type == TW_MSG_TYPE_TAG && hdr_len == sizeof(h) &&
+    if (am_id == TW_MSG_AM_COLL && h.type == TW_MSG_TYPE_CTL && hdr_len == sizeof(h) &&
         h.am_hdr_len == 0) {
+        if (msg->ctl_fn != NULL) {
+            msg->ctl_fn(msg->ctl_arg, src, h.tag, data, len);
+        }
+        return;
+    }
+    if ((am_id == TW_MSG_AM_TAG || am_id == TW_MSG_AM_COLL) && h.type == TW_MSG_TYPE_TAG &&
+        hdr_len == sizeof(h) && h.am_hdr_len == 0) {
         tw_status_t st;
-        tw_match_recv_t *r = tw_match_arrive(&msg->match, src, h.tag, data, len, NULL, &st);
+        tw_match_recv_t *r =
+            tw_match_arrive(tw_msg_space(msg, am_id), src, h.tag, data, len, NULL, &st);
         if (r != NULL) {
             tw_msg_finish_recv(msg, r, src, h.tag, data, len);
         } else if (st == TW_OK) {
@@ -652,7 +767,8 @@ void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
         tw_rma_rndv(msg->rma, src, hdr, hdr_len, len, rndv);
         return;
     }
-    if ((am_id != TW_MSG_AM_TAG && am_id != TW_MSG_AM_USER) || hdr_len < sizeof(h)) {
+    if ((am_id != TW_MSG_AM_TAG && am_id != TW_MSG_AM_USER && am_id != TW_MSG_AM_COLL) ||
+        hdr_len < sizeof(h)) {
         tw_msg_drop(msg, src, "unknown transport am id or short header (rendezvous)");
         goto release;
     }
@@ -661,10 +777,11 @@ void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
         tw_msg_drop(msg, src, "bad version or length (rendezvous)");
         goto release;
     }
-    if (am_id == TW_MSG_AM_TAG && h.type == TW_MSG_TYPE_TAG && hdr_len == sizeof(h) &&
-        h.am_hdr_len == 0) {
+    if ((am_id == TW_MSG_AM_TAG || am_id == TW_MSG_AM_COLL) && h.type == TW_MSG_TYPE_TAG &&
+        hdr_len == sizeof(h) && h.am_hdr_len == 0) {
         tw_status_t st;
-        tw_match_recv_t *r = tw_match_arrive(&msg->match, src, h.tag, NULL, len, rndv, &st);
+        tw_match_recv_t *r =
+            tw_match_arrive(tw_msg_space(msg, am_id), src, h.tag, NULL, len, rndv, &st);
         if (r != NULL) {
             tw_msg_rreq_t *q = tw_malloc(sizeof(*q));
             if (q == NULL) {

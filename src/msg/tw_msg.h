@@ -65,6 +65,34 @@ tw_status_t tw_msg_am_register(tw_msg_t *msg, uint8_t id, tw_am_handler_t fn, vo
 tw_status_t tw_msg_am_send(tw_msg_t *msg, int dst, uint8_t id, const void *hdr, size_t hdr_len,
                            const void *data, size_t len, tw_cq_t *cq, void *user);
 tw_stats_t *tw_msg_stats(tw_msg_t *msg);
+
+/* ---- the library's own messages (collectives) ---------------------------
+ * Tagged messages in a matching space of their own (transport am id
+ * TW_MSG_AM_COLL): the same eager / rendezvous paths and completions as
+ * tw_msg_send / tw_msg_recv, but no user tag ever meets them. Receives
+ * are exact (one source, every tag bit). Control messages are small,
+ * eager, never matched: they go to the control hook as they arrive. */
+
+/** Control arrivals: run on the engine, must not block. */
+typedef void (*tw_msg_ctl_fn_t)(void *arg, int src, uint64_t tag, const void *data, size_t len);
+/** Most payload bytes a send to @p dst copies at once (am_short): larger
+ * ones are sent from the buffer until the receiver takes them. */
+size_t tw_msg_eager_max(tw_msg_t *msg, int dst);
+/** Install the control hook (before traffic starts). */
+void tw_msg_coll_set_ctl(tw_msg_t *msg, tw_msg_ctl_fn_t fn, void *arg);
+tw_status_t tw_msg_coll_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,
+                             tw_cq_t *cq, void *user);
+tw_status_t tw_msg_coll_recv(tw_msg_t *msg, int src, uint64_t tag, void *buf, size_t len,
+                             tw_cq_t *cq, void *user);
+/** A control message of at most TW_INJECT_MAX bytes; no completion. */
+tw_status_t tw_msg_coll_ctl(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len);
+/** Take back the posted receive for (@p src, @p tag): true when it was
+ * still waiting (it will never complete; its CQ slot is given back),
+ * false when it matched already (its completion comes, or came). */
+bool tw_msg_coll_cancel(tw_msg_t *msg, int src, uint64_t tag);
+/** Drop every unexpected message whose tag equals @p tag on @p mask (the
+ * leftovers of a group that is gone); rendezvous senders are released. */
+void tw_msg_coll_purge(tw_msg_t *msg, uint64_t tag, uint64_t mask);
 /** The one-sided operations (tw_rma.h) that share its routes. */
 struct tw_rma *tw_msg_rma(tw_msg_t *msg);
 

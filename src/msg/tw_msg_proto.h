@@ -4,11 +4,15 @@
  * Wire header of the messaging layer, carried as the transport
  * active-message header: transport am id TW_MSG_AM_TAG for tagged messages
  * (no user code runs on arrival, so transports may deliver them inline),
- * TW_MSG_AM_USER for user active messages. Fixed-width, little-endian host
+ * TW_MSG_AM_USER for user active messages, TW_MSG_AM_COLL for the library's
+ * own tagged messages (the collectives: a matching space of their own, so
+ * no user tag can ever match them) and their control messages. Fixed-width, little-endian host
  * order (every rank of a job runs the same build).
  *
  *   version  TW_MSG_PROTO_VERSION; anything else is dropped
- *   type     TW_MSG_TYPE_TAG (tagged message) or TW_MSG_TYPE_AM
+ *   type     TW_MSG_TYPE_TAG (tagged message), TW_MSG_TYPE_AM, or
+ *            TW_MSG_TYPE_CTL (AM_COLL only: handed to the control hook,
+ *            never matched; eager)
  *   am_id    user active-message id (TYPE_AM)
  *   am_hdr_len  bytes of user AM header that follow this header (TYPE_AM);
  *            0 for TYPE_TAG
@@ -25,8 +29,9 @@
 #define TW_MSG_AM_TAG        1 /* transport am id: tagged messages */
 #define TW_MSG_AM_USER       2 /* transport am id: user active messages */
 #define TW_MSG_AM_RMA        3 /* transport am id: emulated one-sided ops (tw_rma_proto.h) */
+#define TW_MSG_AM_COLL       4 /* transport am id: the library's tagged messages (src/coll) */
 
-enum { TW_MSG_TYPE_TAG = 1, TW_MSG_TYPE_AM = 2 };
+enum { TW_MSG_TYPE_TAG = 1, TW_MSG_TYPE_AM = 2, TW_MSG_TYPE_CTL = 3 };
 
 typedef struct tw_msg_hdr {
     uint8_t version;

@@ -7,7 +7,9 @@
  */
 #include <stdint.h>
 
+#include "coll/tw_coll.h"
 #include "core/tw_log.h"
+#include "core/tw_mem.h"
 #include "msg/tw_rma.h"
 #include "progress/tw_cq.h"
 #include "runtime/tw_bootstrap.h"
@@ -67,6 +69,18 @@ static int tw_api_progress_cb(void *arg)
     return tw_progress(arg);
 }
 
+void tw_ctx_cq_params(tw_ctx_impl_t *impl, tw_context_t *ctx, unsigned depth, tw_cq_params_t *p)
+{
+    *p = (tw_cq_params_t){.depth = depth,
+                          .wait_mode = (tw_wait_mode_t)impl->cfg.wait_mode,
+                          .spin_ns = impl->cfg.spin_ns,
+                          .progress_fn = impl->manual ? tw_api_progress_cb : NULL,
+                          .poll_fn = impl->manual ? NULL : tw_api_progress_cb,
+                          .progress_arg = ctx,
+                          .owner = ctx,
+                          .stats = impl->cq_stats};
+}
+
 tw_status_t tw_cq_create(tw_context_t *ctx, unsigned depth, tw_cq_t **cq_p)
 {
     tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_cq_create");
@@ -79,14 +93,7 @@ tw_status_t tw_cq_create(tw_context_t *ctx, unsigned depth, tw_cq_t **cq_p)
         tw_error("api", "tw_cq_create: NULL cq_p");
         return TW_ERR_INVALID;
     }
-    p = (tw_cq_params_t){.depth = depth,
-                         .wait_mode = (tw_wait_mode_t)impl->cfg.wait_mode,
-                         .spin_ns = impl->cfg.spin_ns,
-                         .progress_fn = impl->manual ? tw_api_progress_cb : NULL,
-                         .poll_fn = impl->manual ? NULL : tw_api_progress_cb,
-                         .progress_arg = ctx,
-                         .owner = ctx,
-                         .stats = impl->cq_stats};
+    tw_ctx_cq_params(impl, ctx, depth, &p);
     return tw_cq_open(&p, cq_p);
 }
 
@@ -313,6 +320,7 @@ tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
     }
     fputs("  ", out);
     tw_stats_print_group(tw_msg_stats(impl->msg), out);
+    tw_stats_print_group(tw_coll_stats(impl->coll), out);
     fputs("  ", out);
     tw_stats_print_group(tw_rma_stats(tw_msg_rma(impl->msg)), out);
     fputs("  ", out);
@@ -401,10 +409,65 @@ tw_status_t tw_stats_json(tw_context_t *ctx, FILE *out)
     }
     fputs("},\"msg\":", out);
     tw_stats_json_group(tw_msg_stats(impl->msg), out);
+    fputs(",\"coll\":", out);
+    tw_stats_json_group(tw_coll_stats(impl->coll), out);
     fputs(",\"rma\":", out);
     tw_stats_json_group(tw_rma_stats(tw_msg_rma(impl->msg)), out);
     fputs(",\"cq\":", out);
     tw_stats_json_group(impl->cq_stats, out);
     fputs("}\n", out);
     return TW_OK;
+}
+
+/* ---- collectives: the calls that take a context ------------------------- */
+
+tw_group_t *tw_group_world(tw_context_t *ctx)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_group_world");
+
+    return impl != NULL ? tw_coll_world(impl->coll) : NULL;
+}
+
+tw_status_t tw_group_create(tw_context_t *ctx, const int *ranks, int n, uint64_t key,
+                            tw_group_t **g)
+{
+    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_group_create");
+    unsigned char *seen;
+    bool mine = false;
+    tw_status_t st = TW_OK;
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    if (ranks == NULL || g == NULL || n < 1 || n > impl->size) {
+        tw_error("api", "tw_group_create: %s",
+                 ranks == NULL ? "NULL ranks"
+                 : g == NULL   ? "NULL g"
+                               : "n out of range");
+        return TW_ERR_INVALID;
+    }
+    seen = tw_calloc((size_t)impl->size, 1);
+    if (seen == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    for (int i = 0; i < n && st == TW_OK; i++) {
+        if (ranks[i] < 0 || ranks[i] >= impl->size) {
+            tw_error("api", "tw_group_create: ranks[%d] = %d is not in the job (size %d)", i,
+                     ranks[i], impl->size);
+            st = TW_ERR_INVALID;
+        } else if (seen[ranks[i]]++) {
+            tw_error("api", "tw_group_create: rank %d is listed twice", ranks[i]);
+            st = TW_ERR_INVALID;
+        }
+        mine |= st == TW_OK && ranks[i] == impl->rank;
+    }
+    tw_free(seen, (size_t)impl->size);
+    if (st == TW_OK && !mine) {
+        tw_error("api", "tw_group_create: the caller (rank %d) is not in the list", impl->rank);
+        st = TW_ERR_INVALID;
+    }
+    if (st != TW_OK) {
+        return st;
+    }
+    return tw_coll_group_create(impl->coll, ranks, n, key, g);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coll/tw_coll.h"
 #include "core/tw_lock.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
@@ -89,7 +90,8 @@ const tw_cfg_table_t tw_rt_cfg_table = {
 size_t tw_cfg_all_tables(const tw_cfg_table_t **tables, size_t max)
 {
     const tw_tl_ops_t *const *lists[] = {tw_tl_all, tw_tl_wrappers, tw_stack_layers};
-    const tw_cfg_table_t *own[] = {&tw_core_cfg_table, &tw_rt_cfg_table, &tw_bootstrap_cfg_table};
+    const tw_cfg_table_t *own[] = {&tw_core_cfg_table, &tw_rt_cfg_table, &tw_bootstrap_cfg_table,
+                                   &tw_coll_cfg_table};
     size_t n = 0;
 
     for (size_t i = 0; i < TW_ARRAY_SIZE(own) && n < max; i++) {
@@ -315,8 +317,15 @@ static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
     tw_error_handler_t fn;
     void *fn_arg;
 
-    if (!tw_msg_peer_down(impl->msg, peer) || why == TW_OK) {
-        return; /* reported already (by another root that reaches it), or it left */
+    if (!tw_msg_peer_down(impl->msg, peer)) {
+        return; /* reported already (by another root that reaches it) */
+    }
+    /* Gone either way for the groups holding it: they cannot go on. */
+    if (impl->coll != NULL) {
+        tw_coll_peer_down(impl->coll, peer);
+    }
+    if (why == TW_OK) {
+        return; /* it left: not a failure to report */
     }
     /* Down for now (a port went down): without rel the peer has no other
      * path, so it is a failure here, reported as one. */
@@ -352,6 +361,30 @@ static tw_status_t tw_ctx_rma_setup(tw_ctx_impl_t *impl)
         if (impl->tops[i]->caps & TW_TL_CAP_MEM_REG) {
             st = tw_rma_add_registrar(rma, impl->tops[i]);
         }
+    }
+    return st;
+}
+
+/* Collectives: engine 0 drives the nonblocking ones; the world group. */
+static tw_status_t tw_ctx_coll_setup(tw_ctx_impl_t *impl)
+{
+    tw_coll_params_t cp = {.rank = impl->rank,
+                           .size = impl->size,
+                           .ctx = impl->ctx,
+                           .msg = impl->msg,
+                           .pe = impl->pes[0],
+                           .manual = impl->manual,
+                           .progress_fn = tw_ctx_rma_progress,
+                           .progress_arg = impl->ctx,
+                           .eager_limit = impl->cfg.eager_limit,
+                           .node_of = impl->bs->node_of,
+                           .nnodes = impl->bs->nnodes};
+    tw_status_t st;
+
+    tw_ctx_cq_params(impl, impl->ctx, 1, &cp.cq);
+    st = tw_coll_create(&cp, &impl->coll);
+    if (st == TW_OK) {
+        st = tw_coll_start(impl->coll);
     }
     return st;
 }
@@ -413,6 +446,9 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
     for (unsigned i = 0; i < impl->npe; i++) {
         tw_pe_destroy(impl->pes[i]);
     }
+    /* After msg (its receives cancelled into the groups' CQs) and the
+     * engines (their last commands run). */
+    tw_coll_destroy(impl->coll);
     if (impl->pes != NULL) {
         tw_free(impl->pes, (size_t)impl->npe * sizeof(*impl->pes));
     }
@@ -508,6 +544,9 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
     if (st == TW_OK) {
         st = tw_ctx_rma_setup(impl);
     }
+    if (st == TW_OK) {
+        st = tw_ctx_coll_setup(impl);
+    }
     if (st == TW_OK && tw_bootstrap_lifeline_fd(impl->bs) >= 0) {
         st = tw_pe_add(impl->pes[0], tw_ctx_lifeline, impl, -1);
         if (st == TW_OK) {
@@ -546,6 +585,8 @@ tw_status_t tw_finalize(tw_context_t *ctx)
     }
     /* Dead first: a stray call from now on is refused, not a crash. */
     atomic_store_explicit(&ctx->magic, 0, memory_order_release);
+    /* Nonblocking collectives still running end CANCELED. */
+    tw_coll_stop(impl->coll);
     /* Goodbyes in sequence after the data, and the acks for it. */
     tw_stack_quiesce(impl);
     tw_ctx_teardown(impl);

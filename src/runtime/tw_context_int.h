@@ -20,6 +20,7 @@
 #include "core/tw_lock.h"
 #include "core/tw_stats.h"
 #include "msg/tw_msg.h"
+#include "progress/tw_cq.h"
 #include "progress/tw_pe.h"
 #include "threadwire/threadwire.h"
 #include "transports/base/tw_tl.h"
@@ -56,6 +57,7 @@ typedef struct tw_ctx_impl {
     unsigned ntop;
     tw_tl_iface_t *tops[TW_CTX_MAX_TL];
     tw_msg_t *msg;
+    struct tw_coll *coll;    /* collectives (src/coll) */
     struct tw_bootstrap *bs; /* the job (tw_bootstrap.h): set by tw_init, freed last */
     tw_stats_t *cq_stats;
     tw_mutex_t err_lock;
@@ -71,6 +73,10 @@ struct tw_context {
 
 #define TW_CTX_LIVE 0x74776378u /* "twcx" */
 #define TW_CTX_DEAD 0x64656164u
+
+/** CQ parameters of @p impl's context (tw_cq_create's, and the CQs the
+ * layers make for themselves). */
+void tw_ctx_cq_params(tw_ctx_impl_t *impl, tw_context_t *ctx, unsigned depth, tw_cq_params_t *p);
 
 /** The live implementation behind @p ctx, or NULL (logged with @p fn). */
 tw_ctx_impl_t *tw_ctx_get(const tw_context_t *ctx, const char *fn);

@@ -1,0 +1,428 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * The context's part of the collectives: tunables, the group table (which
+ * turns the rid in a tag or a control message back into a group), failure
+ * (a member down, a revocation), sends and their staged copies, and
+ * engine 0's list of nonblocking operations.
+ *
+ * Locks: `lock` guards the table; tw_group_fail runs under it from the
+ * control hook and peer_down (engines) and pushes one completion onto the
+ * group's CQ, whose slot was reserved when the group was made -- so a
+ * group is taken out of the table before its CQ goes.
+ */
+#include "coll/tw_coll.h"
+
+#include <string.h>
+
+#include "coll/tw_coll_int.h"
+#include "core/tw_log.h"
+#include "core/tw_mem.h"
+
+static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
+    {.name = "TW_COLL_CREATE_TIMEOUT",
+     .type = TW_CFG_DURATION,
+     .defval = "60s",
+     .help = "collectives: how long tw_group_create waits for every member to call it "
+             "(members that disagree on the rank list or key never meet): then TW_ERR_TIMEOUT",
+     .offset = offsetof(tw_coll_cfg_t, create_timeout_ns)},
+};
+
+const tw_cfg_table_t tw_coll_cfg_table = {
+    .module = "coll",
+    .entries = tw_coll_cfg_entries,
+    .count = TW_ARRAY_SIZE(tw_coll_cfg_entries),
+};
+
+static const tw_stat_desc_t tw_coll_stat_descs[TW_COLL_STAT_COUNT] = {
+    [TW_COLL_STAT_OPS] = {"collectives", TW_STAT_COUNTER},
+    [TW_COLL_STAT_NB] = {"nonblocking", TW_STAT_COUNTER},
+    [TW_COLL_STAT_FAILED] = {"failed", TW_STAT_COUNTER},
+    [TW_COLL_STAT_SENT] = {"sent", TW_STAT_COUNTER},
+    [TW_COLL_STAT_STAGED] = {"staged", TW_STAT_COUNTER},
+    [TW_COLL_STAT_REVOKES] = {"revokes", TW_STAT_COUNTER},
+    [TW_COLL_STAT_GROUPS] = {"groups", TW_STAT_COUNTER},
+    [TW_COLL_STAT_BUSY] = {"busy", TW_STAT_COUNTER},
+};
+
+/* Sends complete here; a staged copy is freed when its send completes. */
+#define TW_COLL_SEND_CQ_DEPTH 65536u
+
+/* A staged copy: its length first, so it can be freed from the pointer. */
+typedef struct tw_coll_stage {
+    size_t len;
+    unsigned char data[];
+} tw_coll_stage_t;
+
+/* ---- the group table ---------------------------------------------------- */
+
+tw_group_t *tw_coll_lookup(tw_coll_t *coll, uint32_t rid)
+{
+    unsigned index = rid & 0xFFFFu;
+
+    if (index >= coll->table_len || coll->gen[index] != (uint16_t)(rid >> 16)) {
+        return NULL;
+    }
+    return coll->table[index];
+}
+
+tw_status_t tw_coll_table_add(tw_coll_t *coll, tw_group_t *g, uint32_t *rid_p)
+{
+    tw_status_t st = TW_OK;
+    unsigned i;
+
+    tw_mutex_lock(&coll->lock);
+    /* Entry 0 is the world's. */
+    for (i = 1; i < coll->table_len && coll->table[i] != NULL; i++) {
+    }
+    if (i == coll->table_len) {
+        unsigned len = coll->table_len * 2;
+        tw_group_t **t = len <= TW_COLL_TABLE_MAX ? tw_calloc(len, sizeof(*t)) : NULL;
+        uint16_t *gen = t != NULL ? tw_calloc(len, sizeof(*gen)) : NULL;
+        if (gen == NULL) {
+            tw_free(t, len * sizeof(*t));
+            tw_mutex_unlock(&coll->lock);
+            tw_error("coll", "no room for another group (%u live)", coll->table_len - 1);
+            return TW_ERR_NOMEM;
+        }
+        memcpy(t, coll->table, coll->table_len * sizeof(*t));
+        memcpy(gen, coll->gen, coll->table_len * sizeof(*gen));
+        tw_free(coll->table, coll->table_len * sizeof(*t));
+        tw_free(coll->gen, coll->table_len * sizeof(*gen));
+        coll->table = t;
+        coll->gen = gen;
+        coll->table_len = len;
+    }
+    coll->table[i] = g;
+    g->index = i;
+    *rid_p = TW_COLL_RID(i, coll->gen[i]);
+    tw_mutex_unlock(&coll->lock);
+    return st;
+}
+
+void tw_coll_table_del(tw_coll_t *coll, tw_group_t *g)
+{
+    tw_mutex_lock(&coll->lock);
+    if (g->index < coll->table_len && coll->table[g->index] == g) {
+        coll->table[g->index] = NULL;
+        coll->gen[g->index]++; /* late messages for it now name nothing */
+    }
+    tw_mutex_unlock(&coll->lock);
+}
+
+/* ---- failure ------------------------------------------------------------- */
+
+void tw_group_fail(tw_group_t *g, tw_status_t st)
+{
+    int expected = 0;
+    bool no = false;
+
+    atomic_compare_exchange_strong_explicit(&g->failed, &expected, (int)st, memory_order_acq_rel,
+                                            memory_order_acquire);
+    /* Wake whoever waits on the group's CQ: one completion, against the
+     * slot reserved when the group was made. */
+    if (atomic_compare_exchange_strong_explicit(&g->woken, &no, true, memory_order_acq_rel,
+                                                memory_order_acquire)) {
+        tw_completion_t c = {
+            .user = NULL, .status = (tw_status_t)atomic_load(&g->failed), .op = TW_OP_COLL};
+        tw_cq_push(g->cq, &c);
+    }
+}
+
+static bool tw_group_has(const tw_group_t *g, int rank)
+{
+    for (int i = 0; i < g->n; i++) {
+        if (g->ranks[i] == rank) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void tw_coll_peer_down(tw_coll_t *coll, int peer)
+{
+    unsigned nfailed = 0;
+
+    tw_mutex_lock(&coll->lock);
+    for (unsigned i = 0; i < coll->table_len; i++) {
+        tw_group_t *g = coll->table[i];
+        if (g != NULL && tw_group_has(g, peer)) {
+            tw_group_fail(g, TW_ERR_PEER_FAILED);
+            nfailed++;
+        }
+    }
+    tw_mutex_unlock(&coll->lock);
+    if (nfailed > 0) {
+        tw_debug("coll", "rank %d is gone: %u group(s) holding it failed", peer, nfailed);
+    }
+}
+
+/* A control message (engine): a member revoked a group of ours. */
+static void tw_coll_ctl(void *arg, int src, uint64_t tag, const void *data, size_t len)
+{
+    tw_coll_t *coll = arg;
+    uint8_t kind = 0;
+    tw_group_t *g;
+
+    if (len >= 1) {
+        memcpy(&kind, data, 1);
+    }
+    if (kind != TW_COLL_CTL_REVOKE) {
+        tw_warn("coll", "dropped a control message of unknown kind %u from rank %d", kind, src);
+        return;
+    }
+    tw_stats_inc(coll->stats, TW_COLL_STAT_REVOKES);
+    tw_mutex_lock(&coll->lock);
+    g = tw_coll_lookup(coll, TW_COLL_TAG_RID(tag));
+    if (g != NULL && tw_group_has(g, src)) {
+        tw_group_fail(g, TW_ERR_PEER_FAILED);
+    }
+    tw_mutex_unlock(&coll->lock);
+}
+
+/* ---- sending -------------------------------------------------------------- */
+
+void tw_coll_reap_sends(tw_coll_t *coll)
+{
+    tw_completion_t c[32];
+    int n;
+
+    while ((n = tw_cq_poll(coll->send_cq, c, (int)TW_ARRAY_SIZE(c))) > 0) {
+        for (int i = 0; i < n; i++) {
+            tw_coll_stage_t *s = c[i].user;
+            if (s != NULL) {
+                tw_free(s, sizeof(*s) + s->len);
+            }
+        }
+    }
+}
+
+tw_status_t tw_coll_send(tw_coll_t *coll, int dst, uint64_t tag, const void *buf, size_t len)
+{
+    tw_coll_stage_t *s = NULL;
+    tw_status_t st;
+
+    if (len > tw_msg_eager_max(coll->p.msg, dst)) {
+        /* The transport would send from the buffer until the receiver
+         * pulls it; a copy lets the operation end (or fail) whenever. */
+        s = tw_malloc(sizeof(*s) + len);
+        if (s == NULL) {
+            return TW_ERR_NOMEM;
+        }
+        s->len = len;
+        memcpy(s->data, buf, len);
+        buf = s->data;
+    }
+    st = tw_msg_coll_send(coll->p.msg, dst, tag, buf, len, coll->send_cq, s);
+    if (st == TW_ERR_AGAIN) {
+        tw_coll_reap_sends(coll);
+        st = tw_msg_coll_send(coll->p.msg, dst, tag, buf, len, coll->send_cq, s);
+    }
+    if (st != TW_OK) {
+        if (s != NULL) {
+            tw_free(s, sizeof(*s) + len);
+        }
+        return st;
+    }
+    tw_stats_inc(coll->stats, TW_COLL_STAT_SENT);
+    if (s != NULL) {
+        tw_stats_inc(coll->stats, TW_COLL_STAT_STAGED);
+    }
+    return TW_OK;
+}
+
+/* ---- nonblocking operations on engine 0 ----------------------------------- */
+
+void tw_coll_nb_finish(tw_coll_t *coll, tw_coll_op_t *op, tw_status_t st)
+{
+    tw_completion_t c = {.user = op->user,
+                         .status = st,
+                         .op = TW_OP_COLL,
+                         .peer = op->g->me,
+                         .length = st == TW_OK ? tw_coll_op_length(op) : 0};
+    tw_cq_t *cq = op->cq;
+
+    tw_coll_op_release(op);
+    tw_stats_inc(coll->stats, TW_COLL_STAT_OPS);
+    tw_stats_inc(coll->stats, TW_COLL_STAT_NB);
+    if (st != TW_OK) {
+        tw_stats_inc(coll->stats, TW_COLL_STAT_FAILED);
+    }
+    atomic_store_explicit(&op->g->busy, false, memory_order_release);
+    tw_cq_push(cq, &c);
+}
+
+static void tw_coll_append_cmd(void *arg, void *data, uint64_t u64)
+{
+    tw_coll_t *coll = arg;
+    tw_coll_op_t *op = data;
+    tw_group_t *g = op->g;
+
+    (void)u64;
+    tw_pe_assert_owner(coll->p.pe);
+    /* Completions of its receives may be pushed by another engine: wake
+     * this one through the CQ's fd. */
+    if (g->cq_fd < 0 && !coll->p.manual) {
+        g->cq_fd = tw_cq_fd(g->cq);
+        if (g->cq_fd >= 0 && tw_pe_watch(coll->p.pe, g->cq_fd) != TW_OK) {
+            g->cq_fd = -1;
+        }
+    }
+    op->next = coll->active;
+    coll->active = op;
+}
+
+void tw_coll_submit(tw_coll_t *coll, tw_coll_op_t *op)
+{
+    tw_pe_cmd_t cmd = {.fn = tw_coll_append_cmd, .arg = coll, .data = op};
+
+    atomic_fetch_add_explicit(&coll->nactive, 1, memory_order_relaxed);
+    tw_pe_hand_over(coll->p.pe, &cmd);
+}
+
+/* Engine 0's progress function: drive every nonblocking operation. */
+static int tw_coll_progress(void *arg)
+{
+    tw_coll_t *coll = arg;
+    tw_coll_op_t **pp = &coll->active;
+    int events = 0;
+
+    tw_coll_reap_sends(coll);
+    while (*pp != NULL) {
+        tw_coll_op_t *op = *pp;
+        if (atomic_load_explicit(&coll->stopping, memory_order_acquire) && op->status == TW_OK) {
+            op->status = TW_ERR_CANCELED;
+        }
+        tw_status_t st = tw_coll_exec(op, NULL, 0);
+        if (st == TW_ERR_AGAIN) {
+            /* A refused send is retried on the next pass: stay awake. */
+            events += op->send_blocked;
+            pp = &op->next;
+            continue;
+        }
+        *pp = op->next;
+        tw_coll_nb_finish(coll, op, st);
+        atomic_fetch_sub_explicit(&coll->nactive, 1, memory_order_relaxed);
+        events++;
+    }
+    return events;
+}
+
+/* ---- life ------------------------------------------------------------------ */
+
+tw_status_t tw_coll_create(const tw_coll_params_t *params, tw_coll_t **coll_p)
+{
+    tw_coll_t *coll = tw_calloc(1, sizeof(*coll));
+    tw_cq_params_t cqp = params->cq;
+    tw_status_t st;
+
+    if (coll == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    coll->p = *params;
+    tw_cfg_set_defaults(&tw_coll_cfg_table, &coll->cfg);
+    st = tw_cfg_apply_env(&tw_coll_cfg_table, &coll->cfg);
+    if (st != TW_OK) {
+        tw_free(coll, sizeof(*coll));
+        return TW_ERR_INVALID;
+    }
+    tw_mutex_init(&coll->lock, TW_LOCK_RANK_COLL_TABLE, "collective groups");
+    atomic_init(&coll->nactive, 0);
+    atomic_init(&coll->stopping, false);
+    coll->stats = tw_stats_create("coll", tw_coll_stat_descs, TW_COLL_STAT_COUNT);
+    coll->table_len = 64;
+    coll->table = tw_calloc(coll->table_len, sizeof(*coll->table));
+    coll->gen = tw_calloc(coll->table_len, sizeof(*coll->gen));
+    cqp.depth = TW_COLL_SEND_CQ_DEPTH;
+    st = coll->stats != NULL && coll->table != NULL && coll->gen != NULL ? TW_OK : TW_ERR_NOMEM;
+    if (st == TW_OK) {
+        st = tw_cq_open(&cqp, &coll->send_cq);
+    }
+    if (st == TW_OK) {
+        st = tw_pe_add(params->pe, tw_coll_progress, coll, -1);
+    }
+    if (st != TW_OK) {
+        tw_coll_destroy(coll);
+        return st;
+    }
+    tw_msg_coll_set_ctl(params->msg, tw_coll_ctl, coll);
+    *coll_p = coll;
+    return TW_OK;
+}
+
+tw_status_t tw_coll_start(tw_coll_t *coll)
+{
+    int *ranks = tw_malloc((size_t)coll->p.size * sizeof(*ranks));
+    tw_group_t *g = NULL;
+    tw_status_t st;
+
+    if (ranks == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    for (int i = 0; i < coll->p.size; i++) {
+        ranks[i] = i;
+    }
+    st = tw_group_alloc(coll, ranks, coll->p.size, coll->p.rank, &g);
+    tw_free(ranks, (size_t)coll->p.size * sizeof(*ranks));
+    if (st != TW_OK) {
+        return st;
+    }
+    /* Entry 0, generation 0 on every rank: its rids need no exchange. */
+    g->world = true;
+    g->index = 0;
+    for (int i = 0; i < g->n; i++) {
+        g->rids[i] = TW_COLL_RID(0, 0);
+    }
+    tw_mutex_lock(&coll->lock);
+    coll->table[0] = g;
+    tw_mutex_unlock(&coll->lock);
+    coll->world = g;
+    return TW_OK;
+}
+
+void tw_coll_stop(tw_coll_t *coll)
+{
+    atomic_store_explicit(&coll->stopping, true, memory_order_release);
+}
+
+void tw_coll_destroy(tw_coll_t *coll)
+{
+    if (coll == NULL) {
+        return;
+    }
+    /* Engines stopped and msg gone: what is left cannot progress. */
+    while (coll->active != NULL) {
+        tw_coll_op_t *op = coll->active;
+        coll->active = op->next;
+        tw_coll_nb_finish(coll, op, TW_ERR_CANCELED);
+    }
+    if (coll->table != NULL) {
+        for (unsigned i = 0; i < coll->table_len; i++) {
+            tw_group_t *g = coll->table[i];
+            if (g != NULL) {
+                tw_group_free(g);
+            }
+        }
+    }
+    if (coll->send_cq != NULL) {
+        tw_coll_reap_sends(coll);
+        if (tw_cq_destroy(coll->send_cq) != TW_OK) {
+            tw_warn("coll", "%u collective send(s) never completed", tw_cq_inflight(coll->send_cq));
+        }
+    }
+    tw_free(coll->table, coll->table_len * sizeof(*coll->table));
+    tw_free(coll->gen, coll->table_len * sizeof(*coll->gen));
+    tw_stats_destroy(coll->stats);
+    tw_mutex_destroy(&coll->lock);
+    tw_free(coll, sizeof(*coll));
+}
+
+tw_group_t *tw_coll_world(tw_coll_t *coll)
+{
+    return coll->world;
+}
+
+tw_stats_t *tw_coll_stats(tw_coll_t *coll)
+{
+    return coll->stats;
+}

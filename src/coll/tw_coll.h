@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Collectives: what the runtime sees of them. One tw_coll_t per context
+ * holds its groups (the world among them), the context's nonblocking
+ * collectives and its node segment. The public calls (tw_group_*,
+ * tw_barrier, ...) are implemented here, in tw_coll_api.c: a group handle
+ * leads to its context's tw_coll_t without the runtime.
+ *
+ * Life: tw_coll_create before the engines start (it registers its
+ * progress function with engine 0), tw_coll_start once they run (the
+ * world group, the node segment), tw_coll_stop before the stack quiesces
+ * (outstanding nonblocking collectives complete TW_ERR_CANCELED),
+ * tw_coll_destroy with the engines stopped.
+ */
+#ifndef TW_COLL_H
+#define TW_COLL_H
+
+#include "core/tw_config.h"
+#include "msg/tw_msg.h"
+#include "progress/tw_cq.h"
+#include "progress/tw_pe.h"
+#include "threadwire/threadwire.h"
+
+typedef struct tw_coll tw_coll_t;
+
+typedef struct tw_coll_params {
+    int rank;
+    int size;
+    tw_context_t *ctx;             /* the shell: only compared (CQ owners) */
+    tw_msg_t *msg;                 /* the library's own tagged messages */
+    tw_pe_t *pe;                   /* the engine that drives nonblocking collectives */
+    bool manual;                   /* no progress threads: waiting calls progress_fn */
+    int (*progress_fn)(void *arg); /* tw_progress of the context */
+    void *progress_arg;
+    tw_cq_params_t cq;  /* how the context makes CQs (wait mode, stats) */
+    size_t eager_limit; /* sends above it are staged in a copy */
+    const int *node_of; /* [size]: dense node ids (lives as long as the context) */
+    int nnodes;
+} tw_coll_params_t;
+
+/** The collectives' tunables (tw_info, validation at tw_init). */
+extern const tw_cfg_table_t tw_coll_cfg_table;
+
+/** TW_ERR_NOMEM, TW_ERR_INVALID (a bad TW_COLL_* variable: logged). */
+tw_status_t tw_coll_create(const tw_coll_params_t *params, tw_coll_t **coll_p);
+/** The engines run: make the world group. */
+tw_status_t tw_coll_start(tw_coll_t *coll);
+/** @p peer is gone (first report): every group holding it fails. Thread:
+ * any (an engine). */
+void tw_coll_peer_down(tw_coll_t *coll, int peer);
+/** Finalize begins: outstanding nonblocking collectives complete
+ * TW_ERR_CANCELED, groups are released. Thread: the finalizing one. */
+void tw_coll_stop(tw_coll_t *coll);
+/** Free everything (engines stopped). */
+void tw_coll_destroy(tw_coll_t *coll);
+tw_group_t *tw_coll_world(tw_coll_t *coll);
+tw_stats_t *tw_coll_stats(tw_coll_t *coll);
+/** Make a group (tw_group_create after the context checks). */
+tw_status_t tw_coll_group_create(tw_coll_t *coll, const int *ranks, int n, uint64_t key,
+                                 tw_group_t **g_p);
+
+#endif /* TW_COLL_H */

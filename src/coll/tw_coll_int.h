@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Collectives internals: the context's part, groups, operations and their
+ * schedules.
+ *
+ * A collective runs as a schedule: a list of actions (send, receive, wait
+ * for a receive, reduce, copy) built when it is posted, then executed by
+ * whoever drives it -- the calling thread for a blocking call, engine 0
+ * for a nonblocking one (tw_coll_exec.c). Only one thread touches an
+ * operation at a time: the caller until it hands it to the engine, the
+ * engine after.
+ *
+ * Messages of collectives are the library's own tagged messages
+ * (tw_msg_coll_*: no user tag meets them). A tag names the receiver's
+ * group, the operation and the step, exactly:
+ *
+ *   bits 63..32  rid: the RECEIVER's id of the group -- its index in the
+ *                receiver's group table (low 16 bits) and the generation
+ *                of that entry (high 16): unique among the receiver's
+ *                live groups, and a destroyed group's late messages name
+ *                an older generation
+ *   bits 31..8   the operation's sequence number on the group (mod 2^24:
+ *                no member runs 2^24 collectives ahead of another)
+ *   bits  7..0   the step (round) within the operation: 0 .. TW_COLL_STEP_MAX
+ *
+ * Group creation uses tags whose low byte is TW_COLL_STEP_JOIN / _WELCOME
+ * and whose upper 56 bits hash the rank list and key: never an
+ * operation's tag. Every member learns every other member's rid then.
+ * The world group is entry 0, generation 0, on every rank: no exchange.
+ */
+#ifndef TW_COLL_INT_H
+#define TW_COLL_INT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coll/tw_coll.h"
+#include "core/tw_lock.h"
+#include "core/tw_stats.h"
+
+#define TW_GROUP_MAGIC     0x74776770u /* "twgp" */
+#define TW_COLL_STEP_MAX   0xFBu       /* last step an operation may use */
+#define TW_COLL_STEP_JOIN  0xFFu       /* member -> first member: I am here */
+#define TW_COLL_STEP_WELC  0xFEu       /* first member -> member: the rids */
+#define TW_COLL_STEP_LEAVE 0xFDu       /* destroy: I no longer read */
+#define TW_COLL_TAG(rid, seq, step) \
+    (((uint64_t)(rid) << 32) | (((uint64_t)(seq)&0xFFFFFFu) << 8) | (uint64_t)(step))
+#define TW_COLL_TAG_RID(tag)    ((uint32_t)((tag) >> 32))
+#define TW_COLL_RID(index, gen) (((uint32_t)(gen) << 16) | (uint32_t)(index))
+#define TW_COLL_TABLE_MAX       65536u /* group table entries (index is 16 bits) */
+
+/* Control message kinds (tw_msg_coll_ctl payload byte 0). */
+enum { TW_COLL_CTL_REVOKE = 1 };
+
+typedef struct tw_coll_cfg {
+    uint64_t create_timeout_ns; /* TW_COLL_CREATE_TIMEOUT */
+} tw_coll_cfg_t;
+
+enum {
+    TW_COLL_STAT_OPS,     /* collectives completed */
+    TW_COLL_STAT_NB,      /* of them nonblocking */
+    TW_COLL_STAT_FAILED,  /* completed with an error */
+    TW_COLL_STAT_SENT,    /* messages sent */
+    TW_COLL_STAT_STAGED,  /* of them copied first (above the eager limit) */
+    TW_COLL_STAT_REVOKES, /* revocations received */
+    TW_COLL_STAT_GROUPS,  /* groups created */
+    TW_COLL_STAT_BUSY,    /* calls refused: a collective outstanding on the group */
+    TW_COLL_STAT_COUNT
+};
+
+typedef enum tw_coll_kind {
+    TW_COLL_BARRIER,
+    TW_COLL_BCAST,
+    TW_COLL_REDUCE,
+    TW_COLL_ALLREDUCE
+} tw_coll_kind_t;
+
+typedef enum tw_coll_act_kind {
+    TW_ACT_SEND,   /* buf a, len bytes, to member peer at step */
+    TW_ACT_RECV,   /* into dst, len bytes, from member peer at step */
+    TW_ACT_WAIT,   /* until the receive at index `wait` completed */
+    TW_ACT_REDUCE, /* dst = a (+) b, len elements */
+    TW_ACT_COPY    /* dst <- a, len bytes */
+} tw_coll_act_kind_t;
+
+typedef struct tw_coll_act {
+    uint8_t kind;
+    uint8_t step;
+    bool posted; /* RECV: handed to msg */
+    bool done;   /* RECV: completed (or taken back) */
+    int peer;    /* group rank */
+    unsigned wait;
+    void *dst;
+    const void *a, *b;
+    size_t len;
+} tw_coll_act_t;
+
+typedef struct tw_coll_op {
+    tw_coll_kind_t kind;
+    struct tw_group *g;
+    uint32_t seq;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count; /* elements (reductions), bytes (bcast) */
+    tw_dtype_t dt;
+    tw_redop_t rop;
+    int root;
+    tw_coll_act_t *acts;
+    unsigned nacts, cap, cursor;
+    unsigned outstanding; /* receives posted, not completed */
+    tw_status_t status;   /* first error */
+    bool send_blocked;    /* the last send said AGAIN */
+    unsigned char *scratch;
+    size_t scratch_len;
+    /* nonblocking */
+    bool nb;
+    tw_cq_t *cq;
+    void *user;
+    struct tw_coll_op *next; /* the engine's list */
+} tw_coll_op_t;
+
+/* A group: immutable after creation except what is marked. */
+struct tw_group {
+    atomic_uint magic;
+    tw_coll_t *coll;
+    int n;          /* members */
+    int me;         /* my group rank */
+    int *ranks;     /* [n] world ranks */
+    uint32_t *rids; /* [n] each member's id of the group (tags to it) */
+    unsigned index; /* my table entry */
+    uint64_t key;
+    bool world;
+    /* layout: the nodes the group spans */
+    int nnodes;    /* nodes with members */
+    int *node_idx; /* [n] member -> index of its node among the group's */
+    int *leader;   /* [nnodes] first member (group order) on each node */
+    int *local;    /* [nlocal] members on my node, group order */
+    int nlocal;
+    int my_local; /* my index in local */
+    /* state */
+    atomic_bool busy;  /* a collective is outstanding (the op below) */
+    atomic_int failed; /* 0, or the status every later collective gets */
+    atomic_bool woken; /* the failure was pushed to cq (once) */
+    uint32_t seq;      /* next operation; written by the busy holder */
+    bool revoked;      /* the members were told it failed (busy holder) */
+    int revoke_next;   /* the next member to tell (busy holder) */
+    tw_cq_t *cq;       /* receive completions of the operation */
+    int cq_fd;         /* engine 0 watches it (nonblocking), or -1 */
+    tw_coll_op_t op;   /* the outstanding operation (busy) */
+};
+
+struct tw_coll {
+    tw_coll_params_t p;
+    tw_coll_cfg_t cfg;
+    tw_stats_t *stats;
+    tw_cq_t *send_cq;                       /* completions of every send (frees staged copies) */
+    tw_mutex_t lock;                        /* the group table */
+    tw_group_t **table TW_GUARDED_BY(lock); /* [table_len] live groups */
+    uint16_t *gen TW_GUARDED_BY(lock);      /* [table_len] generation of each entry */
+    unsigned table_len TW_GUARDED_BY(lock);
+    tw_group_t *world;
+    /* engine 0's nonblocking operations: posted through its ring, then
+     * the engine's alone */
+    tw_coll_op_t *active;
+    atomic_uint nactive;
+    atomic_bool stopping;
+};
+
+/* ---- tw_coll.c ---------------------------------------------------------- */
+/** The group of table entry @p rid (generation checked), with the table
+ * lock held by the caller, or NULL. */
+tw_group_t *tw_coll_lookup(tw_coll_t *coll, uint32_t rid) TW_REQUIRES(coll->lock);
+/** Mark @p g failed with @p st (first one wins) and wake its waiter. */
+void tw_group_fail(tw_group_t *g, tw_status_t st);
+/** Take a free table entry for @p g: its rid. TW_ERR_NOMEM when full. */
+tw_status_t tw_coll_table_add(tw_coll_t *coll, tw_group_t *g, uint32_t *rid_p);
+void tw_coll_table_del(tw_coll_t *coll, tw_group_t *g);
+/** End a nonblocking operation with @p st: the group is free again before
+ * the caller can see the completion on its CQ. Thread: its driver. */
+void tw_coll_nb_finish(tw_coll_t *coll, tw_coll_op_t *op, tw_status_t st);
+/** Hand a posted operation to engine 0. */
+void tw_coll_submit(tw_coll_t *coll, tw_coll_op_t *op);
+/** Drain the send CQ (staged copies freed). Thread: any. */
+void tw_coll_reap_sends(tw_coll_t *coll);
+
+/* ---- tw_coll_group.c ------------------------------------------------------ */
+/** A group object for @p ranks (layout computed, CQ made); rids unset. */
+tw_status_t tw_group_alloc(tw_coll_t *coll, const int *ranks, int n, int me, tw_group_t **g_p);
+void tw_group_free(tw_group_t *g);
+/** Take @p g out of the table, drop what members sent it, free it. */
+void tw_group_destroy_internal(tw_group_t *g);
+
+/* ---- tw_coll_sched.c ------------------------------------------------------ */
+/** Build @p op's schedule from its arguments (kind, buffers, root) and
+ * the group's layout. TW_ERR_NOMEM. */
+tw_status_t tw_coll_schedule(tw_coll_op_t *op);
+void tw_coll_op_release(tw_coll_op_t *op);
+/** Free what an operation keeps between uses (actions, scratch). */
+void tw_coll_op_free(tw_coll_op_t *op);
+/** Bytes of the operation's result (its completion's length). */
+size_t tw_coll_op_length(const tw_coll_op_t *op);
+
+/* ---- tw_coll_exec.c ------------------------------------------------------- */
+/** Run @p op as far as it goes: TW_OK done, TW_ERR_AGAIN waiting, else
+ * failed (every receive taken back or completed). Thread: its driver. */
+tw_status_t tw_coll_exec(tw_coll_op_t *op, const tw_completion_t *c, int n);
+/** Run a posted operation to its end in the calling thread. */
+tw_status_t tw_coll_run(tw_coll_op_t *op);
+/** Post and, for blocking calls, run: the body of every public call. */
+tw_status_t tw_coll_post(tw_group_t *g, tw_coll_kind_t kind, const void *sendbuf, void *recvbuf,
+                         size_t count, tw_dtype_t dt, tw_redop_t rop, int root, tw_cq_t *cq,
+                         void *user, bool nb);
+/** Send @p len bytes of @p buf to world rank @p dst with @p tag: copied
+ * (eager, or staged when larger), so @p buf is free on return. */
+tw_status_t tw_coll_send(tw_coll_t *coll, int dst, uint64_t tag, const void *buf, size_t len);
+
+#endif /* TW_COLL_INT_H */

@@ -1,0 +1,402 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Schedules: the algorithms, written down as lists of actions.
+ *
+ * Point to point (any group, any layout):
+ *   barrier    dissemination: round k, send to +2^k, receive from -2^k
+ *   bcast      binomial tree from the root
+ *   reduce     binomial tree to the root; a parent combines its
+ *              children in ascending relative rank: acc = acc (+) child
+ *   allreduce  recursive doubling; with p not a power of two, the first
+ *              2r members pair up first (the even one hands its operand
+ *              to the odd one and gets the result back at the end). A
+ *              round combines lower (+) higher, so both partners compute
+ *              the same bits and so does everyone.
+ *
+ * Across nodes (a group on several nodes, not one member per node): a
+ * node's members first combine towards one representative -- the node's
+ * leader, or the root on the root's node -- the representatives run the
+ * algorithm among themselves, and each hands the result back within its
+ * node. Every member's result comes from the same representatives'
+ * computation, so reductions stay bit-identical everywhere, and the
+ * combination order depends on the layout (and root) alone.
+ *
+ * Steps: every round takes a fresh step number, counted the same way on
+ * every member (the number of rounds depends only on sizes and layout),
+ * so a message can only ever meet the receive of its own round.
+ */
+#include <string.h>
+
+#include "coll/tw_coll_int.h"
+#include "coll/tw_coll_op.h"
+#include "core/tw_log.h"
+#include "core/tw_mem.h"
+
+/* Room for @p more actions. */
+static tw_status_t tw_sched_room(tw_coll_op_t *op, unsigned more)
+{
+    if (op->nacts + more <= op->cap) {
+        return TW_OK;
+    }
+    unsigned cap = TW_MAX(op->cap * 2, op->nacts + more + 16);
+    tw_coll_act_t *a = tw_malloc(cap * sizeof(*a));
+    if (a == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    if (op->nacts > 0) {
+        memcpy(a, op->acts, op->nacts * sizeof(*a));
+    }
+    tw_free(op->acts, op->cap * sizeof(*op->acts));
+    op->acts = a;
+    op->cap = cap;
+    return TW_OK;
+}
+
+/* Builders record the first failure in *st and do nothing after it. */
+typedef struct tw_sched {
+    tw_coll_op_t *op;
+    tw_status_t st;
+    size_t esize; /* bytes of an element */
+} tw_sched_t;
+
+static unsigned tw_sched_add(tw_sched_t *s, tw_coll_act_t a)
+{
+    if (s->st == TW_OK) {
+        s->st = tw_sched_room(s->op, 1);
+    }
+    if (s->st != TW_OK) {
+        return 0;
+    }
+    s->op->acts[s->op->nacts] = a;
+    return s->op->nacts++;
+}
+
+static void tw_sched_send(tw_sched_t *s, int peer, unsigned step, const void *buf, size_t len)
+{
+    tw_sched_add(
+        s, (tw_coll_act_t){
+               .kind = TW_ACT_SEND, .step = (uint8_t)step, .peer = peer, .a = buf, .len = len});
+}
+
+/* Receive and wait for it before whatever follows. */
+static void tw_sched_recv_wait(tw_sched_t *s, int peer, unsigned step, void *buf, size_t len)
+{
+    unsigned i = tw_sched_add(
+        s, (tw_coll_act_t){
+               .kind = TW_ACT_RECV, .step = (uint8_t)step, .peer = peer, .dst = buf, .len = len});
+    tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = i});
+}
+
+static void tw_sched_reduce(tw_sched_t *s, void *dst, const void *a, const void *b)
+{
+    if (s->op->count > 0) {
+        tw_sched_add(s,
+                     (tw_coll_act_t){
+                         .kind = TW_ACT_REDUCE, .dst = dst, .a = a, .b = b, .len = s->op->count});
+    }
+}
+
+/* Rounds of recursive doubling over @p np (the power of two below it). */
+static unsigned tw_sched_log2(int np)
+{
+    unsigned r = 0;
+    while ((2 << r) <= np) {
+        r++;
+    }
+    return r;
+}
+
+/* Rounds of dissemination over @p np: ceil(log2 np). */
+static unsigned tw_sched_clog2(int np)
+{
+    unsigned r = 0;
+    while ((1 << r) < np) {
+        r++;
+    }
+    return r;
+}
+
+/* ---- the algorithms, over parts[0 .. np-1] (group ranks), me at pos ----
+ * Each uses the steps base .. base + tw_sched_steps(kind, np) - 1. */
+
+static unsigned tw_sched_steps(tw_coll_kind_t kind, int np)
+{
+    switch (kind) {
+    case TW_COLL_BARRIER:
+        return tw_sched_clog2(np);
+    case TW_COLL_ALLREDUCE:
+        return tw_sched_log2(np) + 2;
+    case TW_COLL_BCAST:
+    case TW_COLL_REDUCE:
+        break;
+    }
+    return 1; /* a tree: one message per pair */
+}
+
+static void tw_sched_dissemination(tw_sched_t *s, const int *parts, int np, int pos, unsigned base)
+{
+    unsigned k = 0;
+    for (int dist = 1; dist < np; dist <<= 1, k++) {
+        tw_sched_send(s, parts[(pos + dist) % np], base + k, NULL, 0);
+        tw_sched_recv_wait(s, parts[(pos - dist + np) % np], base + k, NULL, 0);
+    }
+}
+
+static void tw_sched_bcast_tree(tw_sched_t *s, const int *parts, int np, int pos, int rootpos,
+                                void *buf, size_t len, unsigned step)
+{
+    int vr = (pos - rootpos + np) % np, mask = 1;
+
+    while (mask < np) {
+        if (vr & mask) {
+            tw_sched_recv_wait(s, parts[(vr - mask + rootpos) % np], step, buf, len);
+            break;
+        }
+        mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+        if (vr + mask < np) {
+            tw_sched_send(s, parts[(vr + mask + rootpos) % np], step, buf, len);
+        }
+    }
+}
+
+/* Result in @p acc at rootpos; @p tmp holds one child's operand. */
+static void tw_sched_reduce_tree(tw_sched_t *s, const int *parts, int np, int pos, int rootpos,
+                                 void *acc, void *tmp, size_t bytes, unsigned step)
+{
+    int vr = (pos - rootpos + np) % np;
+
+    for (int mask = 1; mask < np; mask <<= 1) {
+        if (vr & mask) {
+            tw_sched_send(s, parts[(vr - mask + rootpos) % np], step, acc, bytes);
+            break;
+        }
+        if (vr + mask < np) {
+            tw_sched_recv_wait(s, parts[(vr + mask + rootpos) % np], step, tmp, bytes);
+            tw_sched_reduce(s, acc, acc, tmp);
+        }
+    }
+}
+
+static void tw_sched_allreduce_rd(tw_sched_t *s, const int *parts, int np, int pos, void *acc,
+                                  void *tmp, size_t bytes, unsigned base)
+{
+    unsigned rounds = tw_sched_log2(np);
+    int p2 = 1 << rounds, rem = np - p2, npos;
+    unsigned first = base, last = base + rounds + 1;
+
+    if (pos < 2 * rem) {
+        if (pos % 2 == 0) { /* hands its operand over, gets the result back */
+            tw_sched_send(s, parts[pos + 1], first, acc, bytes);
+            tw_sched_recv_wait(s, parts[pos + 1], last, acc, bytes);
+            return;
+        }
+        tw_sched_recv_wait(s, parts[pos - 1], first, tmp, bytes);
+        tw_sched_reduce(s, acc, tmp, acc);
+        npos = pos / 2;
+    } else {
+        npos = pos - rem;
+    }
+    for (unsigned k = 0; k < rounds; k++) {
+        int pn = npos ^ (1 << k);
+        int peer = parts[pn < rem ? 2 * pn + 1 : pn + rem];
+        tw_sched_send(s, peer, base + 1 + k, acc, bytes);
+        tw_sched_recv_wait(s, peer, base + 1 + k, tmp, bytes);
+        if (pn < npos) {
+            tw_sched_reduce(s, acc, tmp, acc);
+        } else {
+            tw_sched_reduce(s, acc, acc, tmp);
+        }
+    }
+    if (pos < 2 * rem) {
+        tw_sched_send(s, parts[pos - 1], last, acc, bytes);
+    }
+}
+
+/* ---- composing them over the group's layout ----------------------------- */
+
+/* Scratch of at least @p len bytes (kept between operations). */
+static unsigned char *tw_sched_scratch(tw_sched_t *s, size_t len)
+{
+    tw_coll_op_t *op = s->op;
+
+    if (s->st != TW_OK) {
+        return NULL;
+    }
+    if (op->scratch_len < len) {
+        unsigned char *p = tw_malloc(len);
+        if (p == NULL) {
+            s->st = TW_ERR_NOMEM;
+            return NULL;
+        }
+        tw_free(op->scratch, op->scratch_len);
+        op->scratch = p;
+        op->scratch_len = len;
+    }
+    return op->scratch;
+}
+
+/* The layout one operation runs on. Flat (one node, or one member per
+ * node): one algorithm over every member. Otherwise three phases: within
+ * each node towards its representative (the root on the root's node, the
+ * leader elsewhere), among the representatives, within each node back. */
+typedef struct tw_sched_plan {
+    bool flat;
+    int *top; /* [ntop] group ranks: every member, or the representatives */
+    int ntop;
+    int toppos;    /* my position in top, -1 when I am not in it */
+    int lroot;     /* my node's representative's position in g->local */
+    unsigned base; /* first step of the top phase */
+    unsigned tail; /* first step after it */
+} tw_sched_plan_t;
+
+static tw_status_t tw_sched_plan(const tw_coll_op_t *op, tw_sched_plan_t *p)
+{
+    const tw_group_t *g = op->g;
+    int root = op->kind == TW_COLL_BCAST || op->kind == TW_COLL_REDUCE ? op->root : -1;
+
+    p->flat = g->nnodes == 1 || g->nnodes == g->n;
+    p->ntop = p->flat ? g->n : g->nnodes;
+    p->top = tw_malloc((size_t)p->ntop * sizeof(*p->top));
+    if (p->top == NULL) {
+        return TW_ERR_NOMEM;
+    }
+    p->toppos = -1;
+    for (int k = 0; k < p->ntop; k++) {
+        p->top[k] = p->flat ? k : g->leader[k];
+    }
+    if (!p->flat && root >= 0) {
+        p->top[g->node_idx[root]] = root;
+    }
+    for (int k = 0; k < p->ntop; k++) {
+        if (p->top[k] == g->me) {
+            p->toppos = k;
+        }
+    }
+    p->lroot = 0;
+    if (!p->flat) {
+        int rep = p->top[g->node_idx[g->me]];
+        for (int i = 0; i < g->nlocal; i++) {
+            if (g->local[i] == rep) {
+                p->lroot = i;
+            }
+        }
+    }
+    p->base = p->flat ? 0 : 1; /* step 0: the first local phase */
+    p->tail = p->base + tw_sched_steps(op->kind, p->ntop);
+    return TW_OK;
+}
+
+tw_status_t tw_coll_schedule(tw_coll_op_t *op)
+{
+    tw_group_t *g = op->g;
+    tw_sched_t s = {.op = op, .st = TW_OK};
+    tw_sched_plan_t p;
+    bool in_top;
+
+    op->nacts = 0;
+    op->cursor = 0;
+    op->outstanding = 0;
+    op->status = TW_OK;
+    op->send_blocked = false;
+    if (op->count == 0 && op->kind != TW_COLL_BARRIER) {
+        return TW_OK; /* nothing moves: every member agrees on that */
+    }
+    s.st = tw_sched_plan(op, &p);
+    if (s.st != TW_OK) {
+        return s.st;
+    }
+    in_top = p.toppos >= 0;
+    if (p.tail > TW_COLL_STEP_MAX) {
+        s.st = TW_ERR_INVALID; /* 2^250 members */
+    }
+
+    switch (op->kind) {
+    case TW_COLL_BARRIER:
+        if (!p.flat) {
+            tw_sched_reduce_tree(&s, g->local, g->nlocal, g->my_local, p.lroot, NULL, NULL, 0, 0);
+        }
+        if (in_top) {
+            tw_sched_dissemination(&s, p.top, p.ntop, p.toppos, p.base);
+        }
+        if (!p.flat) {
+            tw_sched_bcast_tree(&s, g->local, g->nlocal, g->my_local, p.lroot, NULL, 0, p.tail);
+        }
+        break;
+    case TW_COLL_BCAST:
+        if (in_top) {
+            tw_sched_bcast_tree(&s, p.top, p.ntop, p.toppos,
+                                p.flat ? op->root : g->node_idx[op->root], op->recvbuf, op->count,
+                                p.base);
+        }
+        if (!p.flat) {
+            tw_sched_bcast_tree(&s, g->local, g->nlocal, g->my_local, p.lroot, op->recvbuf,
+                                op->count, p.tail);
+        }
+        break;
+    case TW_COLL_REDUCE:
+    case TW_COLL_ALLREDUCE: {
+        bool all = op->kind == TW_COLL_ALLREDUCE;
+        size_t bytes = op->count * tw_coll_dtype_size(op->dt);
+        size_t slot = (bytes + 63) & ~(size_t)63;
+        unsigned char *sc = tw_sched_scratch(&s, 2 * slot);
+        void *acc = (all || g->me == op->root) ? op->recvbuf : sc;
+        void *tmp = sc != NULL ? sc + slot : NULL;
+        if (s.st != TW_OK) {
+            break;
+        }
+        if (acc != op->sendbuf) {
+            tw_sched_add(&s, (tw_coll_act_t){
+                                 .kind = TW_ACT_COPY, .dst = acc, .a = op->sendbuf, .len = bytes});
+        }
+        if (!p.flat) {
+            tw_sched_reduce_tree(&s, g->local, g->nlocal, g->my_local, p.lroot, acc, tmp, bytes, 0);
+        }
+        if (in_top && all) {
+            tw_sched_allreduce_rd(&s, p.top, p.ntop, p.toppos, acc, tmp, bytes, p.base);
+        } else if (in_top) {
+            tw_sched_reduce_tree(&s, p.top, p.ntop, p.toppos,
+                                 p.flat ? op->root : g->node_idx[op->root], acc, tmp, bytes,
+                                 p.base);
+        }
+        if (!p.flat && all) {
+            tw_sched_bcast_tree(&s, g->local, g->nlocal, g->my_local, p.lroot, acc, bytes, p.tail);
+        }
+        break;
+    }
+    }
+    tw_free(p.top, (size_t)p.ntop * sizeof(*p.top));
+    return s.st;
+}
+
+size_t tw_coll_op_length(const tw_coll_op_t *op)
+{
+    switch (op->kind) {
+    case TW_COLL_BARRIER:
+        return 0;
+    case TW_COLL_BCAST:
+        return op->count;
+    case TW_COLL_REDUCE:
+    case TW_COLL_ALLREDUCE:
+        return op->count * tw_coll_dtype_size(op->dt);
+    }
+    return 0;
+}
+
+void tw_coll_op_release(tw_coll_op_t *op)
+{
+    op->nacts = 0;
+    op->cursor = 0;
+}
+
+void tw_coll_op_free(tw_coll_op_t *op)
+{
+    tw_free(op->acts, op->cap * sizeof(*op->acts));
+    tw_free(op->scratch, op->scratch_len);
+    op->acts = NULL;
+    op->scratch = NULL;
+    op->cap = 0;
+    op->scratch_len = 0;
+}
