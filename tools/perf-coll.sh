@@ -34,7 +34,7 @@
 #   nodes2   threadwire on 2 emulated nodes (TW_NODE_ID=0,1: one rank per
 #            node, the collectives go between node leaders over the network
 #            transport); Open MPI runs on one machine the same either way,
-#            so its columns repeat pin's figures.
+#            so its columns repeat pin's figures (with pin in SECTIONS).
 # Every run sweeps 8 B .. 1 MiB (one line per size) with OSU's iteration
 # counts; the rows pick sizes from it. Needs openmpi-bin and libopenmpi-dev
 # for the Open MPI columns; without them, or without a tw_coll_perf in
@@ -61,7 +61,8 @@ if ompi_build mpi_coll; then
   # dup per rank, each "selecting sm, priority 100, Enabled".
   ompi_shm 2 "${pin[@]}" "${sm[@]}" --mca coll_base_verbose 100 "$tmp/mpi_coll" -c barrier \
     -i 10 -x 1 >"$tmp/sm.out" || true
-  n=$(cat "$tmp/sm.out" "$log" | grep -cE 'coll:base:comm_select: selecting +sm, priority +100, Enabled') || true
+  n=$(cat "$tmp/sm.out" "$log" |
+    grep -cE 'coll:base:comm_select: selecting +sm, priority +100, Enabled') || true
   if [ "${n:-0}" -lt 4 ]; then
     echo "perf-coll: coll/sm was not selected (--mca coll_sm_priority 100): no sm column" >&2
     impls=(tuned)
@@ -94,12 +95,12 @@ run() {
   local sec=$1 impl=$2 n=$3 out op
   shift 3
   op=$2
-  local bind=core ompi=("${pin[@]}") env=()
+  local ompi=("${pin[@]}") env=()
   [ "$n" -le 2 ] || ompi=("${over[@]}")
   [ "$sec" != nodes2 ] || env=("TW_NODE_ID=0,1")
   case $impl in
     tw)
-      out=$(hiprio env "${env[@]}" timeout 120 "$build/tools/twrun" -n "$n" --bind "$bind" \
+      out=$(hiprio env "${env[@]}" timeout 120 "$build/tools/twrun" -n "$n" --bind core \
         "$build/tools/tw_coll_perf" "$@" 2>"$log") || true ;;
     tuned) out=$(ompi_shm "$n" "${ompi[@]}" "$tmp/mpi_coll" "$@") || true ;;
     sm) out=$(ompi_shm "$n" "${ompi[@]}" "${sm[@]}" "$tmp/mpi_coll" "$@") || true ;;
