@@ -157,9 +157,9 @@ struct tw_coll {
     tw_stats_t *stats;
     tw_cq_t *send_cq;                       /* completions of every send (frees staged copies) */
     tw_mutex_t lock;                        /* the group table */
-    tw_group_t **table TW_GUARDED_BY(lock); /* [table_len] live groups */
-    uint16_t *gen TW_GUARDED_BY(lock);      /* [table_len] generation of each entry */
-    unsigned table_len TW_GUARDED_BY(lock);
+    tw_group_t **table; /* [table_len] live groups; guarded by lock */
+    uint16_t *gen;      /* [table_len] generation of each entry; guarded by lock */
+    unsigned table_len; /* guarded by lock */
     tw_group_t *world;
     /* engine 0's nonblocking operations: posted through its ring, then
      * the engine's alone */
