@@ -27,7 +27,11 @@
 #   threads  -t 2: two threads per process, each on its own communicator
 #            (MPI_Comm_dup, MPI_THREAD_MULTIPLE) or group (tw_group_create);
 #            the aggregate rate of a process beside the one-thread rate of
-#            pin. Both threads of a process share its core.
+#            pin. Both threads of a process share its core. Open MPI tuned
+#            is bimodal there: in some runs one thread takes ms per
+#            collective (its partner's core is busy with the other thread;
+#            mpi_yield_when_idle does not change it), so its median can
+#            swing between reps.
 #   overlap  iallreduce of 64 KiB as osu_iallreduce: the pure collective,
 #            and how much of an equally long computation it hides, without
 #            tests (OSU's default) and with 8 (-P 8: MPI_Test / tw_cq_poll).
