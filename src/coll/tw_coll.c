@@ -14,6 +14,8 @@
 #include "coll/tw_coll.h"
 
 #include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include "coll/tw_coll_int.h"
 #include "core/tw_log.h"
@@ -26,6 +28,21 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
      .help = "collectives: how long tw_group_create waits for every member to call it "
              "(members that disagree on the rank list or key never meet): then TW_ERR_TIMEOUT",
      .offset = offsetof(tw_coll_cfg_t, create_timeout_ns)},
+    {.name = "TW_COLL_SLOTS",
+     .type = TW_CFG_INT,
+     .defval = "16",
+     .min = 0,
+     .max = 1024,
+     .help = "collectives: slot sets in each node's shared segment, one per group with "
+             "several members on the node (set 0: the world group); a group that finds none "
+             "free runs point to point there; 0 = no shared memory for collectives",
+     .offset = offsetof(tw_coll_cfg_t, slots)},
+    {.name = "TW_COLL_SPIN",
+     .type = TW_CFG_DURATION,
+     .defval = "20us",
+     .help = "collectives: how long a blocking collective spins on shared memory before it "
+             "yields the CPU (for 1 ms), then sleeps on a futex",
+     .offset = offsetof(tw_coll_cfg_t, spin_ns)},
 };
 
 const tw_cfg_table_t tw_coll_cfg_table = {
@@ -117,8 +134,10 @@ void tw_group_fail(tw_group_t *g, tw_status_t st)
     int expected = 0;
     bool no = false;
 
-    atomic_compare_exchange_strong_explicit(&g->failed, &expected, (int)st, memory_order_acq_rel,
-                                            memory_order_acquire);
+    if (atomic_compare_exchange_strong_explicit(&g->failed, &expected, (int)st,
+                                                memory_order_acq_rel, memory_order_acquire)) {
+        tw_cshm_abort(g); /* its members on this node, wherever they wait */
+    }
     /* Wake whoever waits on the group's CQ: one completion, against the
      * slot reserved when the group was made. */
     if (atomic_compare_exchange_strong_explicit(&g->woken, &no, true, memory_order_acq_rel,
@@ -139,10 +158,22 @@ static bool tw_group_has(const tw_group_t *g, int rank)
     return false;
 }
 
-void tw_coll_peer_down(tw_coll_t *coll, int peer)
+bool tw_coll_is_down(tw_coll_t *coll, int rank)
+{
+    return atomic_load_explicit(&coll->down[rank], memory_order_acquire) != 0;
+}
+
+void tw_coll_peer_down(tw_coll_t *coll, int peer, bool failed)
 {
     unsigned nfailed = 0;
 
+    if (peer < 0 || peer >= coll->p.size) {
+        return;
+    }
+    atomic_store_explicit(&coll->down[peer], 1, memory_order_release);
+    if (!failed) {
+        return;
+    }
     tw_mutex_lock(&coll->lock);
     for (unsigned i = 0; i < coll->table_len; i++) {
         tw_group_t *g = coll->table[i];
@@ -280,13 +311,38 @@ void tw_coll_submit(tw_coll_t *coll, tw_coll_op_t *op)
     tw_pe_hand_over(coll->p.pe, &cmd);
 }
 
+/* Poll every TW_COLL_TIMER_NS while a nonblocking operation waits on the
+ * slot set: writers there wake sleeping threads, not engines. */
+#define TW_COLL_TIMER_NS 20000
+
+static void tw_coll_timer(tw_coll_t *coll, bool on)
+{
+    struct itimerspec its = {0};
+
+    if (coll->timer_fd < 0 || coll->timer_armed == on) {
+        return;
+    }
+    if (on) {
+        its.it_value.tv_nsec = TW_COLL_TIMER_NS;
+        its.it_interval.tv_nsec = TW_COLL_TIMER_NS;
+    }
+    if (timerfd_settime(coll->timer_fd, 0, &its, NULL) == 0) {
+        coll->timer_armed = on;
+    }
+}
+
 /* Engine 0's progress function: drive every nonblocking operation. */
 static int tw_coll_progress(void *arg)
 {
     tw_coll_t *coll = arg;
     tw_coll_op_t **pp = &coll->active;
+    bool shm_wait = false;
     int events = 0;
 
+    if (coll->timer_armed) {
+        uint64_t ticks;
+        (void)!read(coll->timer_fd, &ticks, sizeof(ticks));
+    }
     tw_coll_reap_sends(coll);
     while (*pp != NULL) {
         tw_coll_op_t *op = *pp;
@@ -297,6 +353,7 @@ static int tw_coll_progress(void *arg)
         if (st == TW_ERR_AGAIN) {
             /* A refused send is retried on the next pass: stay awake. */
             events += op->send_blocked;
+            shm_wait |= op->shm_waiting;
             pp = &op->next;
             continue;
         }
@@ -305,6 +362,7 @@ static int tw_coll_progress(void *arg)
         atomic_fetch_sub_explicit(&coll->nactive, 1, memory_order_relaxed);
         events++;
     }
+    tw_coll_timer(coll, shm_wait);
     return events;
 }
 
@@ -327,6 +385,8 @@ tw_status_t tw_coll_create(const tw_coll_params_t *params, tw_coll_t **coll_p)
         return TW_ERR_INVALID;
     }
     tw_mutex_init(&coll->lock, TW_LOCK_RANK_COLL_TABLE, "collective groups");
+    coll->timer_fd = -1;
+    coll->down = tw_calloc((size_t)params->size, sizeof(*coll->down));
     atomic_init(&coll->nactive, 0);
     atomic_init(&coll->stopping, false);
     coll->stats = tw_stats_create("coll", tw_coll_stat_descs, TW_COLL_STAT_COUNT);
@@ -334,12 +394,19 @@ tw_status_t tw_coll_create(const tw_coll_params_t *params, tw_coll_t **coll_p)
     coll->table = tw_calloc(coll->table_len, sizeof(*coll->table));
     coll->gen = tw_calloc(coll->table_len, sizeof(*coll->gen));
     cqp.depth = TW_COLL_SEND_CQ_DEPTH;
-    st = coll->stats != NULL && coll->table != NULL && coll->gen != NULL ? TW_OK : TW_ERR_NOMEM;
+    st = coll->stats != NULL && coll->table != NULL && coll->gen != NULL && coll->down != NULL
+             ? TW_OK
+             : TW_ERR_NOMEM;
     if (st == TW_OK) {
         st = tw_cq_open(&cqp, &coll->send_cq);
     }
     if (st == TW_OK) {
-        st = tw_pe_add(params->pe, tw_coll_progress, coll, -1);
+        coll->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (coll->timer_fd < 0) {
+            tw_warn("coll", "timerfd_create failed (%m): nonblocking collectives within a node "
+                            "progress only when the engine is awake anyway");
+        }
+        st = tw_pe_add(params->pe, tw_coll_progress, coll, coll->timer_fd);
     }
     if (st != TW_OK) {
         tw_coll_destroy(coll);
@@ -348,6 +415,11 @@ tw_status_t tw_coll_create(const tw_coll_params_t *params, tw_coll_t **coll_p)
     tw_msg_coll_set_ctl(params->msg, tw_coll_ctl, coll);
     *coll_p = coll;
     return TW_OK;
+}
+
+tw_status_t tw_coll_node_setup(tw_coll_t *coll)
+{
+    return tw_cshm_node_setup(coll);
 }
 
 tw_status_t tw_coll_start(tw_coll_t *coll)
@@ -373,6 +445,7 @@ tw_status_t tw_coll_start(tw_coll_t *coll)
     for (int i = 0; i < g->n; i++) {
         g->rids[i] = TW_COLL_RID(0, 0);
     }
+    g->shm.slot = -1;
     tw_mutex_lock(&coll->lock);
     coll->table[0] = g;
     tw_mutex_unlock(&coll->lock);
@@ -400,9 +473,14 @@ void tw_coll_destroy(tw_coll_t *coll)
         for (unsigned i = 0; i < coll->table_len; i++) {
             tw_group_t *g = coll->table[i];
             if (g != NULL) {
+                tw_cshm_unbind(g);
                 tw_group_free(g);
             }
         }
+    }
+    tw_cshm_node_teardown(coll);
+    if (coll->timer_fd >= 0) {
+        close(coll->timer_fd);
     }
     if (coll->send_cq != NULL) {
         tw_coll_reap_sends(coll);
@@ -412,6 +490,7 @@ void tw_coll_destroy(tw_coll_t *coll)
     }
     tw_free(coll->table, coll->table_len * sizeof(*coll->table));
     tw_free(coll->gen, coll->table_len * sizeof(*coll->gen));
+    tw_free(coll->down, (size_t)coll->p.size * sizeof(*coll->down));
     tw_stats_destroy(coll->stats);
     tw_mutex_destroy(&coll->lock);
     tw_free(coll, sizeof(*coll));

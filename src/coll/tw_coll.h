@@ -33,9 +33,10 @@ typedef struct tw_coll_params {
     bool manual;                   /* no progress threads: waiting calls progress_fn */
     int (*progress_fn)(void *arg); /* tw_progress of the context */
     void *progress_arg;
-    tw_cq_params_t cq;  /* how the context makes CQs (wait mode, stats) */
-    size_t eager_limit; /* sends above it are staged in a copy */
-    const int *node_of; /* [size]: dense node ids (lives as long as the context) */
+    tw_cq_params_t cq;   /* how the context makes CQs (wait mode, stats) */
+    size_t eager_limit;  /* sends above it are staged in a copy */
+    const int *node_of;  /* [size]: dense node ids (lives as long as the context) */
+    const char *job_key; /* names of segments */
     int nnodes;
 } tw_coll_params_t;
 
@@ -44,11 +45,16 @@ extern const tw_cfg_table_t tw_coll_cfg_table;
 
 /** TW_ERR_NOMEM, TW_ERR_INVALID (a bad TW_COLL_* variable: logged). */
 tw_status_t tw_coll_create(const tw_coll_params_t *params, tw_coll_t **coll_p);
-/** The engines run: make the world group. */
+/** Make the world group (before the engines start). */
 tw_status_t tw_coll_start(tw_coll_t *coll);
-/** @p peer is gone (first report): every group holding it fails. Thread:
+/** The engines run: set up the node segment (messages with the node's
+ * other ranks; failures only cost the shared-memory path). */
+tw_status_t tw_coll_node_setup(tw_coll_t *coll);
+/** @p peer is gone (first report). @p failed: every group holding it
+ * fails. A clean departure (!@p failed) fails nothing: what it sent and
+ * wrote before it left is there; a wait for anything more fails then. Thread:
  * any (an engine). */
-void tw_coll_peer_down(tw_coll_t *coll, int peer);
+void tw_coll_peer_down(tw_coll_t *coll, int peer, bool failed);
 /** Finalize begins: outstanding nonblocking collectives complete
  * TW_ERR_CANCELED, groups are released. Thread: the finalizing one. */
 void tw_coll_stop(tw_coll_t *coll);

@@ -181,6 +181,16 @@ tw_status_t tw_coll_exec(tw_coll_op_t *op, const tw_completion_t *c, int n)
                 memcpy(a->dst, a->a, a->len);
             }
             break;
+        case TW_ACT_SHM:
+            st = tw_cshm_step(op, a);
+            if (st == TW_ERR_AGAIN) {
+                return TW_ERR_AGAIN;
+            }
+            if (st != TW_OK) {
+                tw_exec_fail(op, st);
+                continue;
+            }
+            break;
         }
         op->cursor++;
     }

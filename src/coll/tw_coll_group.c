@@ -46,6 +46,7 @@ tw_status_t tw_group_alloc(tw_coll_t *coll, const int *ranks, int n, int me, tw_
     g->n = n;
     g->me = me;
     g->cq_fd = -1;
+    g->shm.slot = -1;
     atomic_init(&g->busy, false);
     atomic_init(&g->failed, 0);
     atomic_init(&g->woken, false);
@@ -132,8 +133,15 @@ typedef struct tw_group_hello {
     uint32_t n;
     uint32_t rid;   /* JOIN: the sender's */
     int32_t status; /* WELCOME: TW_OK, or why the group is not made */
-    uint32_t reserved;
+    int32_t slot;   /* JOIN of a node's first member: its node's slot set, or -1 */
 } tw_group_hello_t;
+
+/* WELCOME: the hello, every member's rid [n], every node's slot set [nnodes]. */
+static size_t tw_group_welcome_len(const tw_group_t *g)
+{
+    return sizeof(tw_group_hello_t) + (size_t)g->n * sizeof(uint32_t) +
+           (size_t)g->nnodes * sizeof(int32_t);
+}
 
 static uint64_t tw_group_hash(const int *ranks, int n, uint64_t key, uint8_t which)
 {
@@ -143,9 +151,7 @@ static uint64_t tw_group_hash(const int *ranks, int n, uint64_t key, uint8_t whi
     return h ^ tw_siphash24(k, &key, sizeof(key)) * 0x9E3779B97F4A7C15ull;
 }
 
-/* Wait for the receive of @p want (a pointer given as user) on @p g's CQ
- * until @p deadline_ns; other completions are counted into *done. */
-static tw_status_t tw_group_wait(tw_group_t *g, unsigned *pending, uint64_t deadline_ns)
+tw_status_t tw_coll_wait_flags(tw_group_t *g, unsigned *pending, uint64_t deadline_ns)
 {
     tw_completion_t c[16];
     tw_status_t st = TW_OK;
@@ -172,7 +178,7 @@ static tw_status_t tw_group_wait(tw_group_t *g, unsigned *pending, uint64_t dead
     return st;
 }
 
-static tw_status_t tw_group_handshake(tw_group_t *g, uint64_t key)
+static tw_status_t tw_group_handshake(tw_group_t *g, uint64_t key, int claim, int *slot_p)
 {
     tw_coll_t *coll = g->coll;
     uint64_t h = tw_group_hash(g->ranks, g->n, key, 0) & 0x00FFFFFFFFFFFFFFull;
@@ -181,8 +187,10 @@ static tw_status_t tw_group_handshake(tw_group_t *g, uint64_t key)
     tw_group_hello_t me = {.key = key,
                            .list_hash = tw_group_hash(g->ranks, g->n, key, 1),
                            .n = (uint32_t)g->n,
-                           .rid = g->rids[g->me]};
-    size_t welc_len = sizeof(tw_group_hello_t) + (size_t)g->n * sizeof(uint32_t);
+                           .rid = g->rids[g->me],
+                           .slot = claim};
+    size_t welc_len = tw_group_welcome_len(g);
+    size_t slots_off = sizeof(tw_group_hello_t) + (size_t)g->n * sizeof(uint32_t);
     unsigned char *welc = tw_malloc(welc_len);
     tw_group_hello_t *joins = NULL;
     bool *got = tw_calloc((size_t)g->n, sizeof(*got));
@@ -205,7 +213,7 @@ static tw_status_t tw_group_handshake(tw_group_t *g, uint64_t key)
             pending += st == TW_OK;
         }
         if (st == TW_OK) {
-            st = tw_group_wait(g, &pending, deadline);
+            st = tw_coll_wait_flags(g, &pending, deadline);
         }
         for (int i = 1; i < g->n && st == TW_OK; i++) {
             if (joins[i].key != me.key || joins[i].list_hash != me.list_hash ||
@@ -223,6 +231,11 @@ static tw_status_t tw_group_handshake(tw_group_t *g, uint64_t key)
         me.status = st;
         memcpy(welc, &me, sizeof(me));
         memcpy(welc + sizeof(me), g->rids, (size_t)g->n * sizeof(uint32_t));
+        for (int k = 0; k < g->nnodes; k++) {
+            int32_t slot = g->leader[k] == 0 ? claim : joins[g->leader[k]].slot;
+            memcpy(welc + slots_off + (size_t)k * sizeof(slot), &slot, sizeof(slot));
+        }
+        *slot_p = claim; /* member 0 leads its node */
         for (int i = 1; i < g->n; i++) {
             if (got[i]) {
                 (void)tw_coll_send(coll, g->ranks[i], welc_tag, welc, welc_len);
@@ -236,7 +249,7 @@ static tw_status_t tw_group_handshake(tw_group_t *g, uint64_t key)
             pending += st == TW_OK;
         }
         if (st == TW_OK) {
-            st = tw_group_wait(g, &pending, deadline);
+            st = tw_coll_wait_flags(g, &pending, deadline);
         }
         if (st == TW_OK) {
             tw_group_hello_t w;
@@ -251,7 +264,11 @@ static tw_status_t tw_group_handshake(tw_group_t *g, uint64_t key)
                 st = (tw_status_t)w.status;
             } else {
                 uint32_t mine = g->rids[g->me];
+                int32_t slot;
                 memcpy(g->rids, welc + sizeof(w), (size_t)g->n * sizeof(uint32_t));
+                memcpy(&slot, welc + slots_off + (size_t)g->node_idx[g->me] * sizeof(slot),
+                       sizeof(slot));
+                *slot_p = slot;
                 if (g->rids[g->me] != mine) {
                     tw_error("coll", "tw_group_create: rank %d answered with a wrong id for us",
                              g->ranks[0]);
@@ -272,7 +289,7 @@ static tw_status_t tw_group_handshake(tw_group_t *g, uint64_t key)
         }
     }
     if (pending > 0) {
-        (void)tw_group_wait(g, &pending, UINT64_MAX);
+        (void)tw_coll_wait_flags(g, &pending, UINT64_MAX);
     }
 out:
     if (joins != NULL) {
@@ -301,8 +318,17 @@ tw_status_t tw_coll_group_create(tw_coll_t *coll, const int *ranks, int n, uint6
     }
     g->key = key;
     st = tw_coll_table_add(coll, g, &g->rids[me]);
+    /* The first member on this node finds the node's members a slot set. */
+    int claim = st == TW_OK && g->local[0] == g->me ? tw_cshm_claim(coll, g) : -1, slot = -1;
     if (st == TW_OK && n > 1) {
-        st = tw_group_handshake(g, key);
+        st = tw_group_handshake(g, key, claim, &slot);
+    }
+    if (st == TW_OK) {
+        st = tw_cshm_bind(g, slot);
+    } else if (claim >= 0) {
+        g->shm.slot = claim; /* give it back whole: nobody else took it */
+        (void)tw_cshm_bind(g, claim);
+        tw_cshm_release(g);
     }
     if (st != TW_OK) {
         tw_group_destroy_internal(g);
@@ -319,6 +345,7 @@ void tw_group_destroy_internal(tw_group_t *g)
     uint32_t rid = g->rids[g->me];
 
     tw_coll_table_del(coll, g);
+    tw_cshm_unbind(g);
     if (g->cq_fd >= 0) {
         tw_pe_unwatch(coll->p.pe, g->cq_fd);
     }

@@ -37,14 +37,15 @@
 #include <stdint.h>
 
 #include "coll/tw_coll.h"
+#include "coll/tw_coll_shm.h"
 #include "core/tw_lock.h"
 #include "core/tw_stats.h"
 
-#define TW_GROUP_MAGIC     0x74776770u /* "twgp" */
-#define TW_COLL_STEP_MAX   0xFBu       /* last step an operation may use */
-#define TW_COLL_STEP_JOIN  0xFFu       /* member -> first member: I am here */
-#define TW_COLL_STEP_WELC  0xFEu       /* first member -> member: the rids */
-#define TW_COLL_STEP_LEAVE 0xFDu       /* destroy: I no longer read */
+#define TW_GROUP_MAGIC    0x74776770u /* "twgp" */
+#define TW_COLL_STEP_MAX  0xFBu       /* last step an operation may use */
+#define TW_COLL_STEP_JOIN 0xFFu       /* member -> first member: I am here */
+#define TW_COLL_STEP_WELC 0xFEu       /* first member -> member: the rids */
+#define TW_COLL_STEP_SEG  0xFCu       /* the node segment (world group, at init) */
 #define TW_COLL_TAG(rid, seq, step) \
     (((uint64_t)(rid) << 32) | (((uint64_t)(seq)&0xFFFFFFu) << 8) | (uint64_t)(step))
 #define TW_COLL_TAG_RID(tag)    ((uint32_t)((tag) >> 32))
@@ -56,6 +57,8 @@ enum { TW_COLL_CTL_REVOKE = 1 };
 
 typedef struct tw_coll_cfg {
     uint64_t create_timeout_ns; /* TW_COLL_CREATE_TIMEOUT */
+    unsigned slots;             /* TW_COLL_SLOTS */
+    uint64_t spin_ns;           /* TW_COLL_SPIN */
 } tw_coll_cfg_t;
 
 enum {
@@ -82,12 +85,25 @@ typedef enum tw_coll_act_kind {
     TW_ACT_RECV,   /* into dst, len bytes, from member peer at step */
     TW_ACT_WAIT,   /* until the receive at index `wait` completed */
     TW_ACT_REDUCE, /* dst = a (+) b, len elements */
-    TW_ACT_COPY    /* dst <- a, len bytes */
+    TW_ACT_COPY,   /* dst <- a, len bytes */
+    TW_ACT_SHM     /* within the node's slot set: sub, root = peer (local position) */
 } tw_coll_act_kind_t;
+
+/* What a TW_ACT_SHM does (tw_coll_shm.c). */
+enum {
+    TW_CSHM_BARRIER,   /* every member */
+    TW_CSHM_FANIN,     /* towards peer */
+    TW_CSHM_FANOUT,    /* from peer */
+    TW_CSHM_ALLREDUCE, /* a -> dst, len elements */
+    TW_CSHM_REDUCE,    /* a -> dst at peer */
+    TW_CSHM_BCAST      /* dst from peer, len bytes */
+};
 
 typedef struct tw_coll_act {
     uint8_t kind;
     uint8_t step;
+    uint8_t sub; /* TW_ACT_SHM */
+    uint64_t sn; /* TW_ACT_SHM: its number among the group's shm steps (from 1) */
     bool posted; /* RECV: handed to msg */
     bool done;   /* RECV: completed (or taken back) */
     int peer;    /* group rank */
@@ -100,7 +116,7 @@ typedef struct tw_coll_act {
 typedef struct tw_coll_op {
     tw_coll_kind_t kind;
     struct tw_group *g;
-    uint32_t seq;
+    uint64_t seq;
     const void *sendbuf;
     void *recvbuf;
     size_t count; /* elements (reductions), bytes (bcast) */
@@ -112,6 +128,12 @@ typedef struct tw_coll_op {
     unsigned outstanding; /* receives posted, not completed */
     tw_status_t status;   /* first error */
     bool send_blocked;    /* the last send said AGAIN */
+    bool shm_waiting;     /* a nonblocking one waits on the slot set */
+    struct {
+        unsigned pc; /* where the shm coroutine stopped (0: start) */
+        int j;
+        size_t k;
+    } cs;
     unsigned char *scratch;
     size_t scratch_len;
     /* nonblocking */
@@ -140,27 +162,33 @@ struct tw_group {
     int nlocal;
     int my_local; /* my index in local */
     /* state */
-    atomic_bool busy;  /* a collective is outstanding (the op below) */
-    atomic_int failed; /* 0, or the status every later collective gets */
-    atomic_bool woken; /* the failure was pushed to cq (once) */
-    uint32_t seq;      /* next operation; written by the busy holder */
-    bool revoked;      /* the members were told it failed (busy holder) */
-    int revoke_next;   /* the next member to tell (busy holder) */
-    tw_cq_t *cq;       /* receive completions of the operation */
-    int cq_fd;         /* engine 0 watches it (nonblocking), or -1 */
-    tw_coll_op_t op;   /* the outstanding operation (busy) */
+    atomic_bool busy;   /* a collective is outstanding (the op below) */
+    atomic_int failed;  /* 0, or the status every later collective gets */
+    atomic_bool woken;  /* the failure was pushed to cq (once) */
+    uint64_t seq;       /* next operation; written by the busy holder */
+    tw_cshm_bind_t shm; /* this node's slot set, if any */
+    uint64_t shm_sn;    /* shm steps scheduled; written by the busy holder */
+    bool revoked;       /* the members were told it failed (busy holder) */
+    int revoke_next;    /* the next member to tell (busy holder) */
+    tw_cq_t *cq;        /* receive completions of the operation */
+    int cq_fd;          /* engine 0 watches it (nonblocking), or -1 */
+    tw_coll_op_t op;    /* the outstanding operation (busy) */
 };
 
 struct tw_coll {
     tw_coll_params_t p;
     tw_coll_cfg_t cfg;
     tw_stats_t *stats;
-    tw_cq_t *send_cq;                       /* completions of every send (frees staged copies) */
-    tw_mutex_t lock;                        /* the group table */
+    tw_cq_t *send_cq;   /* completions of every send (frees staged copies) */
+    tw_mutex_t lock;    /* the group table */
     tw_group_t **table; /* [table_len] live groups; guarded by lock */
     uint16_t *gen;      /* [table_len] generation of each entry; guarded by lock */
     unsigned table_len; /* guarded by lock */
     tw_group_t *world;
+    struct tw_cshm_node *node; /* the node segment, or NULL */
+    atomic_uchar *down;        /* [size]: 1 once the rank is gone */
+    int timer_fd;              /* wakes engine 0 while nonblocking ones wait on shm */
+    bool timer_armed;          /* engine 0's */
     /* engine 0's nonblocking operations: posted through its ring, then
      * the engine's alone */
     tw_coll_op_t *active;
@@ -182,6 +210,12 @@ void tw_coll_table_del(tw_coll_t *coll, tw_group_t *g);
 void tw_coll_nb_finish(tw_coll_t *coll, tw_coll_op_t *op, tw_status_t st);
 /** Hand a posted operation to engine 0. */
 void tw_coll_submit(tw_coll_t *coll, tw_coll_op_t *op);
+/** Is world rank @p rank known gone? */
+bool tw_coll_is_down(tw_coll_t *coll, int rank);
+/** Wait on @p g's CQ until *pending receives (their user pointers are
+ * bools, set on completion) completed or @p deadline_ns passed
+ * (TW_ERR_TIMEOUT); the first failed one's status. */
+tw_status_t tw_coll_wait_flags(tw_group_t *g, unsigned *pending, uint64_t deadline_ns);
 /** Drain the send CQ (staged copies freed). Thread: any. */
 void tw_coll_reap_sends(tw_coll_t *coll);
 

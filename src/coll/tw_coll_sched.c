@@ -215,6 +215,19 @@ static void tw_sched_allreduce_rd(tw_sched_t *s, const int *parts, int np, int p
     }
 }
 
+/* A step within this node's slot set. */
+static void tw_sched_shm(tw_sched_t *s, uint8_t sub, int lroot, const void *src, void *dst,
+                         size_t len)
+{
+    tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_SHM,
+                                    .sub = sub,
+                                    .peer = lroot,
+                                    .a = src,
+                                    .dst = dst,
+                                    .len = len,
+                                    .sn = ++s->op->g->shm_sn});
+}
+
 /* ---- composing them over the group's layout ----------------------------- */
 
 /* Scratch of at least @p len bytes (kept between operations). */
@@ -236,6 +249,26 @@ static unsigned char *tw_sched_scratch(tw_sched_t *s, size_t len)
         op->scratch_len = len;
     }
     return op->scratch;
+}
+
+/* A reduction's accumulator: the caller's recvbuf where the result goes
+ * (every member of an allreduce, the root of a reduce), scratch
+ * elsewhere; with @p tmp_p, scratch for one more operand there too. */
+static void *tw_sched_acc(tw_sched_t *s, void **tmp_p)
+{
+    tw_coll_op_t *op = s->op;
+    size_t bytes = op->count * tw_coll_dtype_size(op->dt);
+    size_t slot = (bytes + 63) & ~(size_t)63;
+    bool mine = op->kind == TW_COLL_ALLREDUCE || op->g->me == op->root;
+    unsigned char *sc = NULL;
+
+    if (tmp_p != NULL || !mine) {
+        sc = tw_sched_scratch(s, 2 * slot);
+    }
+    if (tmp_p != NULL) {
+        *tmp_p = sc != NULL ? sc + slot : NULL;
+    }
+    return mine ? op->recvbuf : sc;
 }
 
 /* The layout one operation runs on. Flat (one node, or one member per
@@ -289,6 +322,67 @@ static tw_status_t tw_sched_plan(const tw_coll_op_t *op, tw_sched_plan_t *p)
     return TW_OK;
 }
 
+/*
+ * This node's members share a slot set: the phases within the node go
+ * through it. One node: one step. Several: towards the representative,
+ * the representatives point to point, back from it.
+ */
+static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
+{
+    tw_coll_op_t *op = s->op;
+    tw_group_t *g = op->g;
+    bool in_top = p->toppos >= 0, one = g->nnodes == 1;
+    int lroot = one ? op->root : p->lroot;
+
+    switch (op->kind) {
+    case TW_COLL_BARRIER:
+        if (one) {
+            tw_sched_shm(s, TW_CSHM_BARRIER, 0, NULL, NULL, 0);
+            break;
+        }
+        tw_sched_shm(s, TW_CSHM_FANIN, lroot, NULL, NULL, 0);
+        if (in_top) {
+            tw_sched_dissemination(s, p->top, p->ntop, p->toppos, p->base);
+        }
+        tw_sched_shm(s, TW_CSHM_FANOUT, lroot, NULL, NULL, 0);
+        break;
+    case TW_COLL_BCAST:
+        if (!one && in_top) {
+            tw_sched_bcast_tree(s, p->top, p->ntop, p->toppos, g->node_idx[op->root], op->recvbuf,
+                                op->count, p->base);
+        }
+        tw_sched_shm(s, TW_CSHM_BCAST, lroot, NULL, op->recvbuf, op->count);
+        break;
+    case TW_COLL_REDUCE:
+    case TW_COLL_ALLREDUCE: {
+        bool all = op->kind == TW_COLL_ALLREDUCE;
+        size_t bytes = op->count * tw_coll_dtype_size(op->dt);
+        void *tmp = NULL;
+        /* The node's result lands in acc at its representative. */
+        void *acc = tw_sched_acc(s, one ? NULL : &tmp);
+        if (s->st != TW_OK) {
+            break;
+        }
+        if (one) {
+            tw_sched_shm(s, all ? TW_CSHM_ALLREDUCE : TW_CSHM_REDUCE, lroot, op->sendbuf, acc,
+                         op->count);
+            break;
+        }
+        tw_sched_shm(s, TW_CSHM_REDUCE, lroot, op->sendbuf, acc, op->count);
+        if (in_top && all) {
+            tw_sched_allreduce_rd(s, p->top, p->ntop, p->toppos, acc, tmp, bytes, p->base);
+        } else if (in_top) {
+            tw_sched_reduce_tree(s, p->top, p->ntop, p->toppos, g->node_idx[op->root], acc, tmp,
+                                 bytes, p->base);
+        }
+        if (all) {
+            tw_sched_shm(s, TW_CSHM_BCAST, lroot, NULL, acc, bytes);
+        }
+        break;
+    }
+    }
+}
+
 tw_status_t tw_coll_schedule(tw_coll_op_t *op)
 {
     tw_group_t *g = op->g;
@@ -301,6 +395,8 @@ tw_status_t tw_coll_schedule(tw_coll_op_t *op)
     op->outstanding = 0;
     op->status = TW_OK;
     op->send_blocked = false;
+    op->shm_waiting = false;
+    op->cs.pc = 0;
     if (op->count == 0 && op->kind != TW_COLL_BARRIER) {
         return TW_OK; /* nothing moves: every member agrees on that */
     }
@@ -311,6 +407,11 @@ tw_status_t tw_coll_schedule(tw_coll_op_t *op)
     in_top = p.toppos >= 0;
     if (p.tail > TW_COLL_STEP_MAX) {
         s.st = TW_ERR_INVALID; /* 2^250 members */
+    }
+    if (g->shm.slot >= 0) {
+        tw_sched_with_shm(&s, &p);
+        tw_free(p.top, (size_t)p.ntop * sizeof(*p.top));
+        return s.st;
     }
 
     switch (op->kind) {
@@ -340,10 +441,8 @@ tw_status_t tw_coll_schedule(tw_coll_op_t *op)
     case TW_COLL_ALLREDUCE: {
         bool all = op->kind == TW_COLL_ALLREDUCE;
         size_t bytes = op->count * tw_coll_dtype_size(op->dt);
-        size_t slot = (bytes + 63) & ~(size_t)63;
-        unsigned char *sc = tw_sched_scratch(&s, 2 * slot);
-        void *acc = (all || g->me == op->root) ? op->recvbuf : sc;
-        void *tmp = sc != NULL ? sc + slot : NULL;
+        void *tmp = NULL;
+        void *acc = tw_sched_acc(&s, &tmp);
         if (s.st != TW_OK) {
             break;
         }

@@ -39,15 +39,19 @@ int tw_size(const tw_context_t *ctx)
 
 int tw_progress(tw_context_t *ctx)
 {
-    tw_ctx_impl_t *impl;
-    int events = 0;
-
     /* Quietly -1 for a dead context: CQs of a finalized manual-mode
      * context call this from tw_cq_wait. */
     if (ctx == NULL || atomic_load_explicit(&ctx->magic, memory_order_acquire) != TW_CTX_LIVE) {
         return -1;
     }
-    impl = ctx->impl;
+    return tw_ctx_progress(ctx->impl);
+}
+
+int tw_ctx_progress(void *arg)
+{
+    tw_ctx_impl_t *impl = arg;
+    int events = 0;
+
     if (!impl->manual) {
         /* Progress threads own the engines and run AM handlers; while one
          * is idle, the caller may take tagged arrivals in itself. */
@@ -67,6 +71,14 @@ int tw_progress(tw_context_t *ctx)
 static int tw_api_progress_cb(void *arg)
 {
     return tw_progress(arg);
+}
+
+void tw_ctx_cq_params_internal(tw_ctx_impl_t *impl, unsigned depth, tw_cq_params_t *p)
+{
+    tw_ctx_cq_params(impl, impl->ctx, depth, p);
+    p->progress_fn = impl->manual ? tw_ctx_progress : NULL;
+    p->poll_fn = impl->manual ? NULL : tw_ctx_progress;
+    p->progress_arg = impl;
 }
 
 void tw_ctx_cq_params(tw_ctx_impl_t *impl, tw_context_t *ctx, unsigned depth, tw_cq_params_t *p)

@@ -320,9 +320,8 @@ static void tw_ctx_peer_down(void *arg, int peer, tw_status_t why)
     if (!tw_msg_peer_down(impl->msg, peer)) {
         return; /* reported already (by another root that reaches it) */
     }
-    /* Gone either way for the groups holding it: they cannot go on. */
     if (impl->coll != NULL) {
-        tw_coll_peer_down(impl->coll, peer);
+        tw_coll_peer_down(impl->coll, peer, why != TW_OK);
     }
     if (why == TW_OK) {
         return; /* it left: not a failure to report */
@@ -374,14 +373,15 @@ static tw_status_t tw_ctx_coll_setup(tw_ctx_impl_t *impl)
                            .msg = impl->msg,
                            .pe = impl->pes[0],
                            .manual = impl->manual,
-                           .progress_fn = tw_ctx_rma_progress,
-                           .progress_arg = impl->ctx,
+                           .progress_fn = tw_ctx_progress,
+                           .progress_arg = impl,
+                           .job_key = impl->job_key,
                            .eager_limit = impl->cfg.eager_limit,
                            .node_of = impl->bs->node_of,
                            .nnodes = impl->bs->nnodes};
     tw_status_t st;
 
-    tw_ctx_cq_params(impl, impl->ctx, 1, &cp.cq);
+    tw_ctx_cq_params_internal(impl, 1, &cp.cq);
     st = tw_coll_create(&cp, &impl->coll);
     if (st == TW_OK) {
         st = tw_coll_start(impl->coll);
@@ -561,6 +561,11 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
         if (st != TW_OK) {
             goto err_shell;
         }
+    }
+    /* The node's collectives segment: messages, so with the engines up. */
+    st = tw_coll_node_setup(impl->coll);
+    if (st != TW_OK) {
+        goto err_shell;
     }
     ctx->impl = impl;
     atomic_store_explicit(&ctx->magic, TW_CTX_LIVE, memory_order_release);

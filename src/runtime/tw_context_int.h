@@ -77,6 +77,12 @@ struct tw_context {
 /** CQ parameters of @p impl's context (tw_cq_create's, and the CQs the
  * layers make for themselves). */
 void tw_ctx_cq_params(tw_ctx_impl_t *impl, tw_context_t *ctx, unsigned depth, tw_cq_params_t *p);
+/** The same for the library's own CQs, which may be waited on while the
+ * context is not live yet (tw_init): progress through the impl. */
+void tw_ctx_cq_params_internal(tw_ctx_impl_t *impl, unsigned depth, tw_cq_params_t *p);
+/** tw_progress on the implementation (no liveness check): @p arg is a
+ * tw_ctx_impl_t. Thread: any. */
+int tw_ctx_progress(void *arg);
 
 /** The live implementation behind @p ctx, or NULL (logged with @p fn). */
 tw_ctx_impl_t *tw_ctx_get(const tw_context_t *ctx, const char *fn);

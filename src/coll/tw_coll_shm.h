@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * Collectives within a node through shared memory: the node segment, its
+ * slot sets, and the algorithms that run in them.
+ *
+ * The node segment. The node's leader (its lowest rank) creates one
+ * segment at tw_init (shmem/tw_seg: O_EXCL, 0600, fallocated) and sends
+ * its name to the node's other ranks, which attach and answer; then the
+ * leader unlinks the name. Layout (all offsets fixed by the header):
+ *
+ *   page 0     header: magic, version, sizes, which local ranks attached
+ *   descs      one 128-byte descriptor per slot set: owner (0 = free) and
+ *              the local ranks still holding it (a bit each)
+ *   slot sets  TW_COLL_SLOTS of them; set 0 is the world group's
+ *
+ * A slot set serves one group's members on this node (at most the node's
+ * ranks, indexed by their position among the group's members here):
+ *
+ *   head       abort word, sleeper count                       (128 B)
+ *   member j   arrive[2]  {seq, 56 inline bytes} x 2: j writes  (128 B)
+ *              release[2] {seq, 56 inline bytes} x 2: j writes  (128 B)
+ *              prog       chunks j published (op << 24 | k)     (128 B)
+ *              ack, done  chunks j consumed; last op j finished (128 B)
+ *   cells      member j's ring of TW_CSHM_CELLS x TW_CSHM_CHUNK bytes
+ *
+ * Every line has a single writer; sequence numbers only grow (they are
+ * the group's count of shm steps, from 1, so the zeroed lines of a fresh slot
+ * set mean "nothing yet"); a reader tests >=. arrive carries 2s at the
+ * entry of operation s and release 2s+1, so one comparison says which.
+ * Payload first, then the sequence number with release order; readers
+ * load with acquire.
+ *
+ * Binding. The first member of a group on a node claims a free slot set
+ * (CAS on its owner), zeroes it, and says which in its JOIN; WELCOME tells
+ * every member its node's slot set. No free set, a node without a
+ * segment, or a member that did not attach: that node's part of the
+ * group runs point to point. Each member clears its bit in the
+ * descriptor when it destroys the group (and the bits of members known
+ * dead); the last one frees the set.
+ *
+ * Waiting spins briefly, then yields, then sleeps on a futex in the
+ * segment (writers wake only when the sleeper count says someone
+ * sleeps); it checks every few hundred polls, and before sleeping,
+ * whether the group failed -- a failure stores the abort word and wakes
+ * every sleeper -- and sleeps at most a millisecond at a time.
+ */
+#ifndef TW_COLL_SHM_H
+#define TW_COLL_SHM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "threadwire/threadwire.h"
+
+struct tw_coll;
+struct tw_group;
+typedef struct tw_cshm_node tw_cshm_node_t;
+struct tw_coll_op;
+struct tw_coll_act;
+
+#define TW_CSHM_INLINE    56u         /* inline payload bytes per line */
+#define TW_CSHM_CHUNK     (16u << 10) /* bytes of one cell */
+#define TW_CSHM_CELLS     4u          /* cells in a member's ring */
+#define TW_CSHM_MAX_LOCAL 64u         /* node ranks a segment serves (bits) */
+
+typedef struct tw_cshm_line {
+    _Atomic uint64_t seq;
+    unsigned char data[TW_CSHM_INLINE];
+} tw_cshm_line_t;
+
+typedef struct tw_cshm_member {
+    tw_cshm_line_t arrive[2];
+    tw_cshm_line_t release[2];
+    _Atomic uint64_t prog;
+    unsigned char pad1[120];
+    _Atomic uint64_t ack;
+    _Atomic uint64_t done;
+    unsigned char pad2[112];
+} tw_cshm_member_t;
+
+typedef struct tw_cshm_head {
+    _Atomic uint32_t abort;
+    _Atomic uint32_t sleepers;
+    unsigned char pad[120];
+} tw_cshm_head_t;
+
+/** A group's binding to a slot set on this node (in the group). */
+typedef struct tw_cshm_bind {
+    int slot; /* -1: none */
+    tw_cshm_head_t *head;
+    tw_cshm_member_t **mem; /* [g->nlocal] */
+    unsigned char **cells;  /* [g->nlocal] each member's ring */
+    uint64_t *seen;         /* [g->nlocal] last op known finished by each */
+} tw_cshm_bind_t;
+
+/** Node segment set-up (tw_coll_start, engines running): the leader
+ * creates and sends, the others attach and answer. Failures leave the
+ * node without a segment (point to point), with a warning. */
+tw_status_t tw_cshm_node_setup(struct tw_coll *coll);
+void tw_cshm_node_teardown(struct tw_coll *coll);
+
+/** Claim a free slot set for @p g's members on this node (the caller is
+ * their first): its index, or -1. Thread: any. */
+int tw_cshm_claim(struct tw_coll *coll, struct tw_group *g);
+/** Bind @p g to slot set @p slot (or leave it unbound for -1). */
+tw_status_t tw_cshm_bind(struct tw_group *g, int slot);
+/** Let go of @p g's slot set (the last member frees it). */
+void tw_cshm_unbind(struct tw_group *g);
+/** Free the slot set @p g's claimer bound, for everyone (a creation that
+ * failed before anyone else could bind it). */
+void tw_cshm_release(struct tw_group *g);
+/** The group failed: tell its members on this node through the slot set. */
+void tw_cshm_abort(struct tw_group *g);
+/** Can every member of @p g on this node use the segment? */
+bool tw_cshm_usable(struct tw_coll *coll, struct tw_group *g);
+
+/** The shm part of a schedule (a TW_ACT_SHM action): TW_OK done,
+ * TW_ERR_AGAIN waiting (nonblocking operations only: blocking ones wait
+ * inside), else the group failed. */
+tw_status_t tw_cshm_step(struct tw_coll_op *op, struct tw_coll_act *a);
+
+#endif /* TW_COLL_SHM_H */
