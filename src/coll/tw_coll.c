@@ -41,7 +41,8 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
      .type = TW_CFG_DURATION,
      .defval = "20us",
      .help = "collectives: how long a blocking collective spins on shared memory before it "
-             "yields the CPU (for 1 ms), then sleeps on a futex",
+             "yields the CPU (for 1 ms), then sleeps on a futex; no spinning when the node's "
+             "ranks outnumber its CPUs",
      .offset = offsetof(tw_coll_cfg_t, spin_ns)},
 };
 
