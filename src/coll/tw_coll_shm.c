@@ -53,7 +53,6 @@
 #define TW_CSEG_VERSION      1u
 #define TW_CSEG_DESC_OFF     4096u
 #define TW_CSHM_MEMBER_BYTES sizeof(tw_cshm_member_t)
-#define TW_CSHM_RING         (TW_CSHM_CHUNK * TW_CSHM_CELLS)
 
 _Static_assert(sizeof(tw_cshm_line_t) == 64, "a line is 64 bytes");
 _Static_assert(sizeof(tw_cshm_member_t) == 512, "a member's lines are 4 x 128 bytes");
@@ -95,10 +94,21 @@ struct tw_cshm_node {
     atomic_int waiters; /* this process's threads in a blocking wait */
 };
 
+/* Bytes of a cell on a node of @p nlocal ranks. */
+static size_t tw_cshm_chunk(int nlocal)
+{
+    size_t c = TW_CSHM_CHUNK_MAX;
+    for (int n = 4; n < nlocal && c > TW_CSHM_CHUNK_MIN; n *= 2) {
+        c /= 2;
+    }
+    return c;
+}
+
 /* Sizes of one slot set for @p nlocal ranks. */
 static uint64_t tw_cseg_slot_bytes(int nlocal)
 {
-    uint64_t b = sizeof(tw_cshm_head_t) + (uint64_t)nlocal * (TW_CSHM_MEMBER_BYTES + TW_CSHM_RING);
+    uint64_t ring = (uint64_t)tw_cshm_chunk(nlocal) * TW_CSHM_CELLS;
+    uint64_t b = sizeof(tw_cshm_head_t) + (uint64_t)nlocal * (TW_CSHM_MEMBER_BYTES + ring);
     return (b + 4095) & ~(uint64_t)4095;
 }
 
@@ -369,7 +379,7 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
     size_t esize = bcast ? 1 : tw_coll_dtype_size(op->dt);
     size_t bytes = a->len * esize;
     /* Elements per chunk: whole elements only. */
-    size_t per = bcast ? TW_CSHM_CHUNK : (TW_CSHM_CHUNK / esize) * esize;
+    size_t per = bcast ? b->chunk : (b->chunk / esize) * esize;
     size_t nch = (bytes + per - 1) / per;
     bool writer = !bcast || me == root;
     bool reader = a->sub == TW_CSHM_ALLREDUCE || (me == root) != bcast;
@@ -396,7 +406,7 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
             {
                 size_t off = op->cs.k * per, len = TW_MIN(per, bytes - off);
                 const unsigned char *src = bcast ? (const unsigned char *)a->dst : a->a;
-                memcpy(b->cells[me] + (op->cs.k % TW_CSHM_CELLS) * TW_CSHM_CHUNK, src + off, len);
+                memcpy(b->cells[me] + (op->cs.k % TW_CSHM_CELLS) * b->chunk, src + off, len);
                 tw_cshm_publish(b, &b->mem[me]->prog, TW_CSHM_PROG(s, op->cs.k + 1));
             }
         }
@@ -408,7 +418,7 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
             }
             {
                 size_t off = op->cs.k * per, len = TW_MIN(per, bytes - off);
-                size_t cell = (op->cs.k % TW_CSHM_CELLS) * TW_CSHM_CHUNK;
+                size_t cell = (op->cs.k % TW_CSHM_CELLS) * b->chunk;
                 unsigned char *dst = (unsigned char *)a->dst + off;
                 if (bcast) {
                     memcpy(dst, b->cells[root] + cell, len);
@@ -478,7 +488,7 @@ static bool tw_cseg_valid(const tw_cshm_node_t *node, uint64_t size)
 
     return h->magic == TW_CSEG_MAGIC && h->version == TW_CSEG_VERSION &&
            h->nlocal == (uint32_t)node->nlocal && h->nslots == node->nslots &&
-           h->chunk == TW_CSHM_CHUNK && h->cells == TW_CSHM_CELLS &&
+           h->chunk == tw_cshm_chunk(node->nlocal) && h->cells == TW_CSHM_CELLS &&
            h->slot_bytes == node->slot_bytes && h->size == size;
 }
 
@@ -526,7 +536,7 @@ static tw_status_t tw_cseg_lead(tw_coll_t *coll, tw_cshm_node_t *node, uint64_t 
         h->version = TW_CSEG_VERSION;
         h->nlocal = (uint32_t)nlocal;
         h->nslots = node->nslots;
-        h->chunk = TW_CSHM_CHUNK;
+        h->chunk = (uint32_t)tw_cshm_chunk(nlocal);
         h->cells = TW_CSHM_CELLS;
         h->slot_bytes = node->slot_bytes;
         h->size = size;
@@ -746,12 +756,13 @@ tw_status_t tw_cshm_bind(tw_group_t *g, int slot)
         return TW_ERR_NOMEM;
     }
     base = node->slots + (size_t)slot * node->slot_bytes;
+    b->chunk = tw_cshm_chunk(node->nlocal);
     b->head = (tw_cshm_head_t *)base;
     for (int j = 0; j < g->nlocal; j++) {
         b->mem[j] =
             (tw_cshm_member_t *)(base + sizeof(tw_cshm_head_t) + (size_t)j * TW_CSHM_MEMBER_BYTES);
         b->cells[j] = base + sizeof(tw_cshm_head_t) + (size_t)node->nlocal * TW_CSHM_MEMBER_BYTES +
-                      (size_t)j * TW_CSHM_RING;
+                      (size_t)j * TW_CSHM_CELLS * b->chunk;
     }
     b->slot = slot;
     return TW_OK;
