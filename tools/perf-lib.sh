@@ -6,8 +6,8 @@
 # What the tools/perf-*.sh scripts share; they source it from the top of the
 # tree, after setting tmp (their temp dir) and log (where a run's stderr
 # goes, shown when it fails). High priority, medians and ratios, the value
-# of a tw_perf CSV row, and Open MPI's tcp BTL as a peer
-# (tools/bench-peers/mpi_pingpong.c).
+# of a tw_perf CSV row, Open MPI's peers built (tools/bench-peers/) and
+# run, over its tcp BTL (mpi_pingpong.c) or shared memory (ompi_shm).
 
 perf_name=${0##*/}
 perf_name=${perf_name%.sh}
@@ -31,15 +31,29 @@ tw_value() {
   esac
 }
 
-# ompi_build: mpi_pingpong into $tmp; false (said why) without Open MPI
-# (openmpi-bin, libopenmpi-dev) or when it does not compile.
+# ompi_build PROG...: each tools/bench-peers/PROG.c into $tmp/PROG with
+# mpicc; false (said why) without Open MPI (openmpi-bin, libopenmpi-dev) or
+# when one does not compile.
 ompi_build() {
+  local p
   if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
     echo "$perf_name: no mpicc or mpirun (openmpi-bin, libopenmpi-dev): no OMPI column" >&2
     return 1
   fi
-  mpicc -O2 -o "$tmp/mpi_pingpong" tools/bench-peers/mpi_pingpong.c 2>"$log" ||
-    { fail "mpicc tools/bench-peers/mpi_pingpong.c"; return 1; }
+  for p in "$@"; do
+    mpicc -O2 -o "$tmp/$p" "tools/bench-peers/$p.c" -lpthread 2>"$log" ||
+      { fail "mpicc tools/bench-peers/$p.c"; return 1; }
+  done
+}
+
+# ompi_shm NPROCS MPIRUN_OPTIONS... PROGRAM ARGS...: NPROCS ranks over Open
+# MPI's shared-memory BTL (ob1, vader), at high priority, 120 s at most;
+# binding and further --mca options are the caller's. Stderr goes to $log.
+ompi_shm() {
+  local n=$1
+  shift
+  hiprio timeout 120 mpirun --allow-run-as-root -np "$n" --mca pml ob1 --mca btl vader,self "$@" \
+    2>"$log"
 }
 
 # ompi_pingpong KIND ARGS...: mpi_pingpong ARGS on two ranks over Open

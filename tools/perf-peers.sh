@@ -209,7 +209,7 @@ else
 fi
 if [[ " ${peers[*]} " != *" ompi "* ]]; then
   :
-elif ompi_build; then
+elif ompi_build mpi_pingpong; then
   have[ompi]=1
 fi
 

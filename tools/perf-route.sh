@@ -108,7 +108,7 @@ check_path leader
 check_path direct
 
 have_ompi=
-! ompi_build || have_ompi=1
+! ompi_build mpi_pingpong || have_ompi=1
 # ompi SIZE: "LAT VALUE2" of Open MPI's tcp BTL, two processes, one per CPU.
 ompi() {
   local s=$1 n k2 lat v2

@@ -20,6 +20,7 @@
 #include "coll/tw_coll_int.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
+#include "core/tw_time.h"
 
 static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
     {.name = "TW_COLL_CREATE_TIMEOUT",
@@ -41,7 +42,8 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
      .type = TW_CFG_DURATION,
      .defval = "20us",
      .help = "collectives: how long a blocking collective spins on shared memory before it "
-             "yields the CPU (for 1 ms), then sleeps on a futex",
+             "yields the CPU (for 1 ms), then sleeps on a futex; no spinning when the node's "
+             "ranks outnumber its CPUs",
      .offset = offsetof(tw_coll_cfg_t, spin_ns)},
 };
 
@@ -311,9 +313,12 @@ void tw_coll_submit(tw_coll_t *coll, tw_coll_op_t *op)
     tw_pe_hand_over(coll->p.pe, &cmd);
 }
 
-/* Poll every TW_COLL_TIMER_NS while a nonblocking operation waits on the
- * slot set: writers there wake sleeping threads, not engines. */
+/* A nonblocking operation that waits on the slot set keeps engine 0
+ * polling for TW_COLL_NB_SPIN spins after it was posted (most end within
+ * that), then wakes it every TW_COLL_TIMER_NS: writers there wake
+ * sleeping threads, not engines. */
 #define TW_COLL_TIMER_NS 20000
+#define TW_COLL_NB_SPIN  10u
 
 static void tw_coll_timer(tw_coll_t *coll, bool on)
 {
@@ -338,6 +343,7 @@ static int tw_coll_progress(void *arg)
     tw_coll_op_t **pp = &coll->active;
     bool shm_wait = false;
     int events = 0;
+    uint64_t now = coll->active != NULL ? tw_time_ns() : 0;
 
     if (coll->timer_armed) {
         uint64_t ticks;
@@ -353,6 +359,7 @@ static int tw_coll_progress(void *arg)
         if (st == TW_ERR_AGAIN) {
             /* A refused send is retried on the next pass: stay awake. */
             events += op->send_blocked;
+            events += op->shm_waiting && now - op->posted_ns < TW_COLL_NB_SPIN * coll->cfg.spin_ns;
             shm_wait |= op->shm_waiting;
             pp = &op->next;
             continue;

@@ -23,6 +23,7 @@
 #include "coll/tw_coll_int.h"
 #include "coll/tw_coll_op.h"
 #include "core/tw_log.h"
+#include "core/tw_time.h"
 
 static const char *const tw_coll_names[] = {[TW_COLL_BARRIER] = "barrier",
                                             [TW_COLL_BCAST] = "bcast",
@@ -69,7 +70,7 @@ static tw_status_t tw_exec_revoke(tw_coll_op_t *op)
 
     for (; !g->revoked && g->revoke_next < g->n; g->revoke_next++) {
         int m = g->revoke_next;
-        if (m == g->me) {
+        if (m == g->me || tw_coll_is_down(g->coll, g->ranks[m])) {
             continue;
         }
         tw_status_t st = tw_msg_coll_ctl(g->coll->p.msg, g->ranks[m],
@@ -265,6 +266,7 @@ tw_status_t tw_coll_post(tw_group_t *g, tw_coll_kind_t kind, const void *sendbuf
     op->rop = rop;
     op->root = root;
     op->nb = nb;
+    op->posted_ns = nb ? tw_time_ns() : 0;
     op->cq = cq;
     op->user = user;
     st = tw_coll_schedule(op);

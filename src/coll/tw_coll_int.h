@@ -129,6 +129,7 @@ typedef struct tw_coll_op {
     tw_status_t status;   /* first error */
     bool send_blocked;    /* the last send said AGAIN */
     bool shm_waiting;     /* a nonblocking one waits on the slot set */
+    uint64_t posted_ns;   /* nonblocking: when it was posted */
     struct {
         unsigned pc; /* where the shm coroutine stopped (0: start) */
         int j;

@@ -53,7 +53,6 @@
 #define TW_CSEG_VERSION      1u
 #define TW_CSEG_DESC_OFF     4096u
 #define TW_CSHM_MEMBER_BYTES sizeof(tw_cshm_member_t)
-#define TW_CSHM_RING         (TW_CSHM_CHUNK * TW_CSHM_CELLS)
 
 _Static_assert(sizeof(tw_cshm_line_t) == 64, "a line is 64 bytes");
 _Static_assert(sizeof(tw_cshm_member_t) == 512, "a member's lines are 4 x 128 bytes");
@@ -90,12 +89,26 @@ struct tw_cshm_node {
     uint64_t slot_bytes;
     unsigned nslots;
     atomic_uint claims; /* tokens */
+    uint64_t spin_ns;   /* TW_COLL_SPIN, or 0 when the node's ranks outnumber its CPUs */
+    int cpus;           /* CPUs this process may run on */
+    atomic_int waiters; /* this process's threads in a blocking wait */
 };
+
+/* Bytes of a cell on a node of @p nlocal ranks. */
+static size_t tw_cshm_chunk(int nlocal)
+{
+    size_t c = TW_CSHM_CHUNK_MAX;
+    for (int n = 4; n < nlocal && c > TW_CSHM_CHUNK_MIN; n *= 2) {
+        c /= 2;
+    }
+    return c;
+}
 
 /* Sizes of one slot set for @p nlocal ranks. */
 static uint64_t tw_cseg_slot_bytes(int nlocal)
 {
-    uint64_t b = sizeof(tw_cshm_head_t) + (uint64_t)nlocal * (TW_CSHM_MEMBER_BYTES + TW_CSHM_RING);
+    uint64_t ring = (uint64_t)tw_cshm_chunk(nlocal) * TW_CSHM_CELLS;
+    uint64_t b = sizeof(tw_cshm_head_t) + (uint64_t)nlocal * (TW_CSHM_MEMBER_BYTES + ring);
     return (b + 4095) & ~(uint64_t)4095;
 }
 
@@ -111,20 +124,21 @@ static long tw_futex(void *addr, int op, uint32_t val, const struct timespec *ts
     return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
 }
 
-/* Wake sleepers on @p w if anyone sleeps in the slot set. The store
- * before is seq_cst, so this load cannot pass it (the sleeper's side
- * mirrors it). */
-static void tw_cshm_wake(const tw_cshm_bind_t *b, _Atomic uint64_t *w)
-{
-    if (atomic_load_explicit(&b->head->sleepers, memory_order_seq_cst) != 0) {
-        (void)tw_futex((void *)w, FUTEX_WAKE, INT_MAX, NULL);
-    }
-}
-
+/*
+ * Publish @p v in @p w and wake its sleepers, if the slot set has any.
+ * A release store and a plain load, no fence between them: a seq_cst
+ * store (or a fence) would stall until this core owns the line again --
+ * a whole line transfer, since the readers hold it -- and triple the
+ * latency of a barrier. The price: a waiter that announces its sleep
+ * just as we store may miss the wake-up and sleep out its 1 ms timeout;
+ * only waits that already lasted over a millisecond ever sleep.
+ */
 static void tw_cshm_publish(const tw_cshm_bind_t *b, _Atomic uint64_t *w, uint64_t v)
 {
-    atomic_store_explicit(w, v, memory_order_seq_cst);
-    tw_cshm_wake(b, w);
+    atomic_store_explicit(w, v, memory_order_release);
+    if (atomic_load_explicit(&b->head->sleepers, memory_order_relaxed) != 0) {
+        (void)tw_futex((void *)w, FUTEX_WAKE, INT_MAX, NULL);
+    }
 }
 
 /* Why a wait must stop, or TW_OK. */
@@ -150,13 +164,16 @@ static bool tw_cshm_gone(const tw_group_t *g, int j, _Atomic uint64_t *w, uint64
            atomic_load_explicit(w, memory_order_acquire) < target;
 }
 
+static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t target,
+                                     uint64_t spin_ns);
+
 /* Wait until member @p j's word *w >= target: TW_OK (acquire),
  * TW_ERR_AGAIN (nonblocking and not yet), or why the group failed. */
 static tw_status_t tw_cshm_await(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t target)
 {
     tw_group_t *g = op->g;
-    tw_cshm_bind_t *b = &g->shm;
-    uint64_t spin_ns = g->coll->cfg.spin_ns, start = 0;
+    tw_cshm_node_t *node = g->coll->node;
+    uint64_t spin_ns = node->spin_ns;
     tw_status_t st;
 
     if (TW_LIKELY(atomic_load_explicit(w, memory_order_acquire) >= target)) {
@@ -170,25 +187,47 @@ static tw_status_t tw_cshm_await(tw_coll_op_t *op, int j, _Atomic uint64_t *w, u
         op->shm_waiting = st == TW_OK;
         return st == TW_OK ? TW_ERR_AGAIN : st;
     }
+    st = tw_cshm_wait_loop(op, j, w, target, spin_ns);
+    return st;
+}
+
+static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t target,
+                                     uint64_t spin_ns)
+{
+    tw_group_t *g = op->g;
+    tw_cshm_bind_t *b = &g->shm;
+    tw_cshm_node_t *node = g->coll->node;
+    uint64_t start = 0;
+    tw_status_t st = TW_OK;
+
     for (unsigned polls = 1;; polls++) {
         if (atomic_load_explicit(w, memory_order_relaxed) >= target) {
             atomic_thread_fence(memory_order_acquire);
-            return TW_OK;
+            break;
         }
         if ((polls & 255) != 0) {
             tw_cpu_relax();
             continue;
         }
         st = tw_cshm_failed(g);
-        if (st != TW_OK) {
-            return st;
+        if (st == TW_OK && tw_cshm_gone(g, j, w, target)) {
+            st = TW_ERR_PEER_FAILED;
         }
-        if (tw_cshm_gone(g, j, w, target)) {
-            return TW_ERR_PEER_FAILED;
+        if (st != TW_OK) {
+            break;
         }
         uint64_t now = tw_time_ns();
         if (start == 0) {
+            /* A wait that lasts: count it. More of our threads waiting
+             * than CPUs to run them, and the one that would end a wait
+             * may be one of them -- yield at once. (Counted only now: a
+             * locked add right after publishing would stall until the
+             * readers gave our line back.) */
             start = now;
+            if (atomic_fetch_add_explicit(&node->waiters, 1, memory_order_relaxed) + 1 >
+                node->cpus) {
+                spin_ns = 0;
+            }
         }
         if (now - start < spin_ns) {
             continue; /* spin */
@@ -207,6 +246,10 @@ static tw_status_t tw_cshm_await(tw_coll_op_t *op, int j, _Atomic uint64_t *w, u
         }
         atomic_fetch_sub_explicit(&b->head->sleepers, 1, memory_order_seq_cst);
     }
+    if (start != 0) {
+        atomic_fetch_sub_explicit(&node->waiters, 1, memory_order_relaxed);
+    }
+    return st;
 }
 
 /* ---- the coroutines --------------------------------------------------------- */
@@ -336,7 +379,7 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
     size_t esize = bcast ? 1 : tw_coll_dtype_size(op->dt);
     size_t bytes = a->len * esize;
     /* Elements per chunk: whole elements only. */
-    size_t per = bcast ? TW_CSHM_CHUNK : (TW_CSHM_CHUNK / esize) * esize;
+    size_t per = bcast ? b->chunk : (b->chunk / esize) * esize;
     size_t nch = (bytes + per - 1) / per;
     bool writer = !bcast || me == root;
     bool reader = a->sub == TW_CSHM_ALLREDUCE || (me == root) != bcast;
@@ -363,7 +406,7 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
             {
                 size_t off = op->cs.k * per, len = TW_MIN(per, bytes - off);
                 const unsigned char *src = bcast ? (const unsigned char *)a->dst : a->a;
-                memcpy(b->cells[me] + (op->cs.k % TW_CSHM_CELLS) * TW_CSHM_CHUNK, src + off, len);
+                memcpy(b->cells[me] + (op->cs.k % TW_CSHM_CELLS) * b->chunk, src + off, len);
                 tw_cshm_publish(b, &b->mem[me]->prog, TW_CSHM_PROG(s, op->cs.k + 1));
             }
         }
@@ -375,7 +418,7 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
             }
             {
                 size_t off = op->cs.k * per, len = TW_MIN(per, bytes - off);
-                size_t cell = (op->cs.k % TW_CSHM_CELLS) * TW_CSHM_CHUNK;
+                size_t cell = (op->cs.k % TW_CSHM_CELLS) * b->chunk;
                 unsigned char *dst = (unsigned char *)a->dst + off;
                 if (bcast) {
                     memcpy(dst, b->cells[root] + cell, len);
@@ -445,7 +488,7 @@ static bool tw_cseg_valid(const tw_cshm_node_t *node, uint64_t size)
 
     return h->magic == TW_CSEG_MAGIC && h->version == TW_CSEG_VERSION &&
            h->nlocal == (uint32_t)node->nlocal && h->nslots == node->nslots &&
-           h->chunk == TW_CSHM_CHUNK && h->cells == TW_CSHM_CELLS &&
+           h->chunk == tw_cshm_chunk(node->nlocal) && h->cells == TW_CSHM_CELLS &&
            h->slot_bytes == node->slot_bytes && h->size == size;
 }
 
@@ -493,7 +536,7 @@ static tw_status_t tw_cseg_lead(tw_coll_t *coll, tw_cshm_node_t *node, uint64_t 
         h->version = TW_CSEG_VERSION;
         h->nlocal = (uint32_t)nlocal;
         h->nslots = node->nslots;
-        h->chunk = TW_CSHM_CHUNK;
+        h->chunk = (uint32_t)tw_cshm_chunk(nlocal);
         h->cells = TW_CSHM_CELLS;
         h->slot_bytes = node->slot_bytes;
         h->size = size;
@@ -582,6 +625,14 @@ tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
     }
     node->nslots = coll->cfg.slots;
     atomic_init(&node->claims, 0);
+    /* More ranks than CPUs: whoever we wait for needs our CPU -- yield at
+     * once instead of spinning (the node's ranks share its CPUs). */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    node->spin_ns = ncpu > 0 && nlocal > ncpu ? 0 : coll->cfg.spin_ns;
+    cpu_set_t mask;
+    node->cpus = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : (int)ncpu;
+    node->cpus = node->cpus > 0 ? node->cpus : 1;
+    atomic_init(&node->waiters, 0);
     tw_cseg_layout(node, &size);
     st = node->local_rank == 0 ? tw_cseg_lead(coll, node, size, deadline)
                                : tw_cseg_join(coll, node, size, deadline);
@@ -705,12 +756,13 @@ tw_status_t tw_cshm_bind(tw_group_t *g, int slot)
         return TW_ERR_NOMEM;
     }
     base = node->slots + (size_t)slot * node->slot_bytes;
+    b->chunk = tw_cshm_chunk(node->nlocal);
     b->head = (tw_cshm_head_t *)base;
     for (int j = 0; j < g->nlocal; j++) {
         b->mem[j] =
             (tw_cshm_member_t *)(base + sizeof(tw_cshm_head_t) + (size_t)j * TW_CSHM_MEMBER_BYTES);
         b->cells[j] = base + sizeof(tw_cshm_head_t) + (size_t)node->nlocal * TW_CSHM_MEMBER_BYTES +
-                      (size_t)j * TW_CSHM_RING;
+                      (size_t)j * TW_CSHM_CELLS * b->chunk;
     }
     b->slot = slot;
     return TW_OK;

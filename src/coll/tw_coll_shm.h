@@ -22,7 +22,7 @@
  *              release[2] {seq, 56 inline bytes} x 2: j writes  (128 B)
  *              prog       chunks j published (op << 24 | k)     (128 B)
  *              ack, done  chunks j consumed; last op j finished (128 B)
- *   cells      member j's ring of TW_CSHM_CELLS x TW_CSHM_CHUNK bytes
+ *   cells      member j's ring of TW_CSHM_CELLS cells of 16-64 KiB
  *
  * Every line has a single writer; sequence numbers only grow (they are
  * the group's count of shm steps, from 1, so the zeroed lines of a fresh slot
@@ -60,10 +60,14 @@ typedef struct tw_cshm_node tw_cshm_node_t;
 struct tw_coll_op;
 struct tw_coll_act;
 
-#define TW_CSHM_INLINE    56u         /* inline payload bytes per line */
-#define TW_CSHM_CHUNK     (16u << 10) /* bytes of one cell */
-#define TW_CSHM_CELLS     4u          /* cells in a member's ring */
-#define TW_CSHM_MAX_LOCAL 64u         /* node ranks a segment serves (bits) */
+#define TW_CSHM_INLINE 56u /* inline payload bytes per line */
+/* Bytes of one cell: 64 KiB up to 4 ranks on the node, halved for each
+ * doubling above, down to 16 KiB (fewer steps per large message where
+ * the segment stays small; tw_cshm_chunk). */
+#define TW_CSHM_CHUNK_MAX (64u << 10)
+#define TW_CSHM_CHUNK_MIN (16u << 10)
+#define TW_CSHM_CELLS     4u  /* cells in a member's ring */
+#define TW_CSHM_MAX_LOCAL 64u /* node ranks a segment serves (bits) */
 
 typedef struct tw_cshm_line {
     _Atomic uint64_t seq;
@@ -93,6 +97,7 @@ typedef struct tw_cshm_bind {
     tw_cshm_member_t **mem; /* [g->nlocal] */
     unsigned char **cells;  /* [g->nlocal] each member's ring */
     uint64_t *seen;         /* [g->nlocal] last op known finished by each */
+    size_t chunk;           /* bytes of a cell */
 } tw_cshm_bind_t;
 
 /** Node segment set-up (tw_coll_start, engines running): the leader

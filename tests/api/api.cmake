@@ -24,6 +24,13 @@ add_test(NAME ${TW_TEST_PREFIX}tw_perf
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/tw_perf_test.sh $<TARGET_FILE:tw_perf> $<TARGET_FILE:twrun>)
 set_tests_properties(${TW_TEST_PREFIX}tw_perf PROPERTIES
   LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")
+# tw_coll_perf, a few iterations of each collective over 2 ranks: the output
+# well-formed (cheap: a few seconds).
+add_test(NAME ${TW_TEST_PREFIX}tw_coll_perf
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/tw_coll_perf_test.sh $<TARGET_FILE:tw_coll_perf>
+                 $<TARGET_FILE:twrun>)
+set_tests_properties(${TW_TEST_PREFIX}tw_coll_perf PROPERTIES
+  LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")
 
 # api_basic registers an active-message id twice, and sends to an id
 # nobody registered, on purpose.
