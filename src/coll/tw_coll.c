@@ -305,20 +305,32 @@ static void tw_coll_append_cmd(void *arg, void *data, uint64_t u64)
     coll->active = op;
 }
 
+/* tw_coll_append_cmd as the engine's owner for a moment (try_call). */
+static int tw_coll_append_now(void *arg)
+{
+    tw_coll_op_t *op = arg;
+
+    tw_coll_append_cmd(op->g->coll, op, 0);
+    return 1;
+}
+
 void tw_coll_submit(tw_coll_t *coll, tw_coll_op_t *op)
 {
     tw_pe_cmd_t cmd = {.fn = tw_coll_append_cmd, .arg = coll, .data = op};
 
     atomic_fetch_add_explicit(&coll->nactive, 1, memory_order_relaxed);
-    tw_pe_hand_over(coll->p.pe, &cmd);
+    /* Into the list now if the engine is idle: a sleeping engine need not
+     * wake for it (threads that test move it on, and so does the engine
+     * when its timer or an arrival wakes it); else through its ring. */
+    if (tw_pe_try_call(coll->p.pe, tw_coll_append_now, op) == 0) {
+        tw_pe_hand_over(coll->p.pe, &cmd);
+    }
 }
 
-/* A nonblocking operation that waits on the slot set keeps engine 0
- * polling for TW_COLL_NB_SPIN spins after it was posted (most end within
- * that), then wakes it every TW_COLL_TIMER_NS: writers there wake
- * sleeping threads, not engines. */
+/* A nonblocking operation that waits on the slot set wakes engine 0
+ * every TW_COLL_TIMER_NS (writers there wake sleeping threads, not
+ * engines); threads that test or wait (tw_progress) move it on between. */
 #define TW_COLL_TIMER_NS 20000
-#define TW_COLL_NB_SPIN  10u
 
 static void tw_coll_timer(tw_coll_t *coll, bool on)
 {
@@ -343,7 +355,6 @@ static int tw_coll_progress(void *arg)
     tw_coll_op_t **pp = &coll->active;
     bool shm_wait = false;
     int events = 0;
-    uint64_t now = coll->active != NULL ? tw_time_ns() : 0;
 
     if (coll->timer_armed) {
         uint64_t ticks;
@@ -359,7 +370,6 @@ static int tw_coll_progress(void *arg)
         if (st == TW_ERR_AGAIN) {
             /* A refused send is retried on the next pass: stay awake. */
             events += op->send_blocked;
-            events += op->shm_waiting && now - op->posted_ns < TW_COLL_NB_SPIN * coll->cfg.spin_ns;
             shm_wait |= op->shm_waiting;
             pp = &op->next;
             continue;
@@ -371,6 +381,14 @@ static int tw_coll_progress(void *arg)
     }
     tw_coll_timer(coll, shm_wait);
     return events;
+}
+
+int tw_coll_poll(tw_coll_t *coll)
+{
+    if (atomic_load_explicit(&coll->nactive, memory_order_relaxed) == 0) {
+        return 0;
+    }
+    return tw_pe_try_call(coll->p.pe, tw_coll_progress, coll);
 }
 
 /* ---- life ------------------------------------------------------------------ */

@@ -61,6 +61,11 @@ void tw_coll_stop(tw_coll_t *coll);
 /** Free everything (engines stopped). */
 void tw_coll_destroy(tw_coll_t *coll);
 tw_group_t *tw_coll_world(tw_coll_t *coll);
+/** Drive the nonblocking collectives from the calling thread if engine 0
+ * is idle (tw_progress in thread mode: a thread waiting in tw_cq_wait
+ * moves them on instead of waiting for the engine to wake). Returns the
+ * events handled. Thread: any. */
+int tw_coll_poll(tw_coll_t *coll);
 tw_stats_t *tw_coll_stats(tw_coll_t *coll);
 /** Make a group (tw_group_create after the context checks). */
 tw_status_t tw_coll_group_create(tw_coll_t *coll, const int *ranks, int n, uint64_t key,

@@ -54,11 +54,15 @@ int tw_ctx_progress(void *arg)
 
     if (!impl->manual) {
         /* Progress threads own the engines and run AM handlers; while one
-         * is idle, the caller may take tagged arrivals in itself. */
+         * is idle, the caller may take tagged arrivals in itself, and move
+         * nonblocking collectives on. */
         for (unsigned i = 0; i < impl->ntop; i++) {
             if (impl->tops[i]->caps & TW_TL_CAP_POLL) {
                 events += tw_tl_poll(impl->tops[i]);
             }
+        }
+        if (impl->coll != NULL) {
+            events += tw_coll_poll(impl->coll);
         }
         return events;
     }

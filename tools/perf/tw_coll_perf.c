@@ -14,10 +14,12 @@
  * thread), and its own CQ: tw_barrier, tw_bcast, tw_reduce, tw_allreduce
  * (TW_DOUBLE, TW_SUM, root 0), the barrier between iterations a
  * tw_barrier on that group. iallreduce posts tw_iallreduce and takes its
- * completion (TW_OP_COLL) with tw_cq_poll -- during the computation with
- * -P, and in a poll loop after it -- while the progress threads drive the
- * collective (in manual mode, TW_PROGRESS_THREADS=0, the polls call
- * tw_progress too). The report's reductions go over tw_group_world.
+ * completion (TW_OP_COLL) with tw_progress + tw_cq_poll -- during the
+ * computation with -P, and in a poll loop after it -- as MPI_Test both
+ * drives progress and looks: the progress threads drive the collective,
+ * and a test moves it on too while engine 0 is idle (in manual mode,
+ * TW_PROGRESS_THREADS=0, only the tests do). The report's reductions go
+ * over tw_group_world.
  * The library's configuration comes from TW_* variables (tw_info lists
  * them): TW_PROGRESS_THREADS, TW_WAIT_MODE, TW_NODE_ID, ...
  * One line per size on rank 0's stdout:
@@ -91,9 +93,7 @@ static int twc_itest(void *hv)
     if (h->done) {
         return 1;
     }
-    if (g_manual) {
-        tw_progress(g_ctx);
-    }
+    tw_progress(g_ctx); /* as MPI_Test: drive, then look */
     if ((n = tw_cq_poll(h->cq, &c, 1)) == 0) {
         return 0;
     }
