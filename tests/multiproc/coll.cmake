@@ -10,6 +10,8 @@
 #                trees); without shared-memory slot sets (TW_COLL_SLOTS=0:
 #                the point-to-point algorithms within a node).
 #   threads      threads creating their own groups at once and running
+#                (TW_COLL_SLOTS=2: one slot set besides the world's, so most
+#                groups run point to point within the node beside one in shm)
 #                mixed rounds; two threads on one group (TW_ERR_INVALID
 #                while the other's collective is outstanding).
 #   nonblocking  nonblocking collectives on two groups at once, overlapped
@@ -41,6 +43,7 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "basic_noslots_n3;3;--mode basic;TW_COLL_SLOTS=0"
            "threads_n2;2;--mode threads -t 3;" "threads_n3;3;--mode threads -t 2;"
            "threads_tcp_n3;3;--mode threads -t 2;TW_TRANSPORTS=tcp"
+           "threads_slots2_n3;3;--mode threads -t 2;TW_COLL_SLOTS=2"
            "nonblocking_n2;2;--mode nonblocking -t 2 -m 400;"
            "nonblocking_n3;3;--mode nonblocking -t 2 -m 400;"
            "nonblocking_n2_manual;2;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
@@ -68,12 +71,12 @@ endforeach()
 # dtype x op; threads: a few of the mixed rounds).
 set(_coll_float_bitwise
   "api. error: tw_i?(reduce|allreduce): operator [A-Za-z_]+ .[456]. does not apply to [A-Za-z_]+$")
-foreach(_t ${_coll_basic_tests} threads_n2 threads_n3 threads_tcp_n3)
+foreach(_t ${_coll_basic_tests} threads_n2 threads_n3 threads_tcp_n3 threads_slots2_n3)
   tw_expect_log(coll_${_t} PATTERNS "${_coll_float_bitwise}")
 endforeach()
 # threads: the other thread's collectives on a group whose iallreduce is
 # held outstanding, refused on purpose.
-tw_expect_log(coll_threads_n2 coll_threads_n3 coll_threads_tcp_n3 PATTERNS
+tw_expect_log(coll_threads_n2 coll_threads_n3 coll_threads_tcp_n3 coll_threads_slots2_n3 PATTERNS
   "coll. error: i?(barrier|bcast|reduce|allreduce): another collective is outstanding on this group .one at a time per group.$")
 # errors: every bad argument, on purpose.
 tw_expect_log(coll_errors_n2 PATTERNS
