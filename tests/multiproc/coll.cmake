@@ -10,10 +10,10 @@
 #                trees); without shared-memory slot sets (TW_COLL_SLOTS=0:
 #                the point-to-point algorithms within a node).
 #   threads      threads creating their own groups at once and running
-#                (TW_COLL_SLOTS=2: one slot set besides the world's, so most
-#                groups run point to point within the node beside one in shm)
 #                mixed rounds; two threads on one group (TW_ERR_INVALID
-#                while the other's collective is outstanding).
+#                while the other's collective is outstanding); with
+#                TW_COLL_SLOTS=2 (one slot set besides the world's) most
+#                groups run point to point within the node beside one in shm.
 #   nonblocking  nonblocking collectives on two groups at once, overlapped
 #                with computation and a ring of tw_send / tw_recv on the
 #                same CQ; progress threads and manual mode.
