@@ -36,7 +36,8 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
      .max = 1024,
      .help = "collectives: slot sets in each node's shared segment, one per group with "
              "several members on the node (set 0: the world group); a group that finds none "
-             "free runs point to point there; 0 = no shared memory for collectives",
+             "free runs point to point there; 0 = no shared memory for collectives (nor "
+             "without the shm transport)",
      .offset = offsetof(tw_coll_cfg_t, slots)},
     {.name = "TW_COLL_SPIN",
      .type = TW_CFG_DURATION,

@@ -37,6 +37,8 @@ typedef struct tw_coll_params {
     size_t eager_limit;  /* sends above it are staged in a copy */
     const int *node_of;  /* [size]: dense node ids (lives as long as the context) */
     const char *job_key; /* names of segments */
+    bool node_shm;       /* the shm transport carries the node's traffic: the
+                          * node may use shared memory for collectives too */
     int nnodes;
 } tw_coll_params_t;
 

@@ -602,6 +602,12 @@ tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
     if (nlocal < 2 || coll->cfg.slots == 0) {
         return TW_OK;
     }
+    if (!coll->p.node_shm) {
+        /* TW_TRANSPORTS without shm: no shared memory between the node's
+         * ranks (and no messages at tw_init to set it up). */
+        tw_debug("coll", "no shm transport: collectives within the node run point to point");
+        return TW_OK;
+    }
     if (nlocal > (int)TW_CSHM_MAX_LOCAL) {
         tw_warn("coll",
                 "%d ranks on this node: shared-memory collectives serve at most %u; "
@@ -744,8 +750,11 @@ tw_status_t tw_cshm_bind(tw_group_t *g, int slot)
     if (slot < 0 || node == NULL) {
         return TW_OK;
     }
-    if ((unsigned)slot >= node->nslots || g->nlocal > node->nlocal) {
-        tw_error("coll", "slot set %d does not exist here: point to point", slot);
+    /* Named by a message (WELCOME): only a claimable set, never the
+     * world's, and one that holds this group's members here. */
+    if ((unsigned)slot >= node->nslots || (slot == 0) != g->world || g->nlocal > node->nlocal) {
+        tw_error("coll", "slot set %d cannot serve this group (%u sets): refused", slot,
+                 node->nslots);
         return TW_ERR_PROTOCOL;
     }
     b->mem = tw_calloc((size_t)g->nlocal, sizeof(*b->mem));

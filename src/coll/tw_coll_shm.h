@@ -4,7 +4,9 @@
  * Collectives within a node through shared memory: the node segment, its
  * slot sets, and the algorithms that run in them.
  *
- * The node segment. The node's leader (its lowest rank) creates one
+ * The node segment. Where the shm transport carries the node's traffic
+ * (not under TW_TRANSPORTS=tcp, say: then collectives within the node
+ * run point to point), the node's leader (its lowest rank) creates one
  * segment at tw_init (shmem/tw_seg: O_EXCL, 0600, fallocated) and sends
  * its name to the node's other ranks, which attach and answer; then the
  * leader unlinks the name. Layout (all offsets fixed by the header):

@@ -376,6 +376,7 @@ static tw_status_t tw_ctx_coll_setup(tw_ctx_impl_t *impl)
                            .progress_fn = tw_ctx_progress,
                            .progress_arg = impl,
                            .job_key = impl->job_key,
+                           .node_shm = tw_stack_find(impl, "shm") != NULL,
                            .eager_limit = impl->cfg.eager_limit,
                            .node_of = impl->bs->node_of,
                            .nnodes = impl->bs->nnodes};
