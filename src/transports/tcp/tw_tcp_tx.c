@@ -537,6 +537,13 @@ static tw_status_t tw_tcp_post(tw_tcp_iface_t *tcp, int peer, uint8_t am_id, con
     if (atomic_load_explicit(&tcp->down[peer], memory_order_acquire)) {
         return TW_ERR_PEER_FAILED;
     }
+    /* Closing (tw_finalize, the engines stopped): what the completions of
+     * the close make a layer above send -- a tap beside us, which has no
+     * closing flag of its own set yet -- would be queued to a lane's
+     * engine and outlive the lane (TSan, a cut path under rel). */
+    if (tcp->super.closing) {
+        return TW_ERR_CANCELED;
+    }
     lane = tw_tcp_lane_of(tcp, peer);
     if (atomic_load_explicit(&lane->cmds, memory_order_relaxed) == 0) {
         tw_tcp_direct_t d = {.lane = lane,
