@@ -55,9 +55,10 @@ tw_status_t tw_group_alloc(tw_coll_t *coll, const int *ranks, int n, int me, tw_
     g->node_idx = tw_malloc((size_t)n * sizeof(*g->node_idx));
     g->leader = tw_malloc((size_t)n * sizeof(*g->leader));
     g->local = tw_malloc((size_t)n * sizeof(*g->local));
+    g->plan_top = tw_malloc((size_t)n * sizeof(*g->plan_top));
     first = tw_malloc((size_t)coll->p.nnodes * sizeof(*first));
     if (g->ranks == NULL || g->rids == NULL || g->node_idx == NULL || g->leader == NULL ||
-        g->local == NULL || first == NULL) {
+        g->local == NULL || g->plan_top == NULL || first == NULL) {
         goto err;
     }
     memcpy(g->ranks, ranks, (size_t)n * sizeof(*g->ranks));
@@ -122,6 +123,7 @@ void tw_group_free(tw_group_t *g)
     tw_free(g->node_idx, n * sizeof(*g->node_idx));
     tw_free(g->leader, n * sizeof(*g->leader));
     tw_free(g->local, n * sizeof(*g->local));
+    tw_free(g->plan_top, n * sizeof(*g->plan_top));
     tw_free(g, sizeof(*g));
 }
 

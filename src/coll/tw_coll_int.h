@@ -160,6 +160,7 @@ struct tw_group {
     int *node_idx; /* [n] member -> index of its node among the group's */
     int *leader;   /* [nnodes] first member (group order) on each node */
     int *local;    /* [nlocal] members on my node, group order */
+    int *plan_top; /* [n] a schedule's top level (busy holder) */
     int nlocal;
     int my_local; /* my index in local */
     /* state */

@@ -292,10 +292,7 @@ static tw_status_t tw_sched_plan(const tw_coll_op_t *op, tw_sched_plan_t *p)
 
     p->flat = g->nnodes == 1 || g->nnodes == g->n;
     p->ntop = p->flat ? g->n : g->nnodes;
-    p->top = tw_malloc((size_t)p->ntop * sizeof(*p->top));
-    if (p->top == NULL) {
-        return TW_ERR_NOMEM;
-    }
+    p->top = g->plan_top; /* the group's: no allocation per collective */
     p->toppos = -1;
     for (int k = 0; k < p->ntop; k++) {
         p->top[k] = p->flat ? k : g->leader[k];
@@ -410,7 +407,6 @@ tw_status_t tw_coll_schedule(tw_coll_op_t *op)
     }
     if (g->shm.slot >= 0) {
         tw_sched_with_shm(&s, &p);
-        tw_free(p.top, (size_t)p.ntop * sizeof(*p.top));
         return s.st;
     }
 
@@ -466,7 +462,6 @@ tw_status_t tw_coll_schedule(tw_coll_op_t *op)
         break;
     }
     }
-    tw_free(p.top, (size_t)p.ntop * sizeof(*p.top));
     return s.st;
 }
 
