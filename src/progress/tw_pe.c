@@ -825,17 +825,21 @@ void tw_pe_stop(tw_pe_t *pe)
     pe->state = TW_PE_STOPPED;
 }
 
+void tw_pe_run_cmds(tw_pe_t *pe)
+{
+    tw_pe_lock_wait(pe);
+    while (tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH, true) > 0) { /* commands may queue more */
+    }
+    tw_pe_unlock(pe);
+}
+
 void tw_pe_destroy(tw_pe_t *pe)
 {
     if (pe == NULL) {
         return;
     }
     tw_pe_stop(pe);
-    /* Run what is still queued; commands may queue more. */
-    tw_pe_lock_wait(pe);
-    while (tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH, true) > 0) {
-    }
-    tw_pe_unlock(pe);
+    tw_pe_run_cmds(pe); /* what is still queued */
 
     close(pe->epoll_fd);
     close(pe->doorbell_fd);

@@ -191,6 +191,11 @@ err_free:
 /* The engine was drained before: every fragment was delivered. */
 static void tw_self_iface_close(tw_tl_iface_t *iface)
 {
+    /* Deliveries still queued on the engine (sent as the layers above
+     * closed, the engines stopped) name this iface: they run first. */
+    if (iface->pe != NULL) {
+        tw_pe_run_cmds(iface->pe);
+    }
     tw_tl_iface_cleanup(iface);
     tw_free(iface, sizeof(tw_self_iface_t));
 }

@@ -235,6 +235,14 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
         }
     }
     tcp->closing = true; /* late commands: TW_ERR_CANCELED */
+    /* Submissions queued on the shared engine of lane 0 after it stopped
+     * (what the layers above sent while they closed) name our lanes: they
+     * run now, while the lanes exist; the engine goes later, with the
+     * context. Our own engines (lanes 1..) run theirs as they go below. */
+    if (tcp->lanes != NULL && tcp->lanes[0].pe != NULL &&
+        atomic_load_explicit(&tcp->lanes[0].cmds, memory_order_relaxed) != 0) {
+        tw_pe_run_cmds(tcp->lanes[0].pe);
+    }
     for (int k = 1; tcp->lanes != NULL && k < tcp->nlanes; k++) {
         tw_pe_destroy(tcp->lanes[k].pe);
         tcp->lanes[k].pe = NULL;
