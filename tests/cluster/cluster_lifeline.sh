@@ -5,8 +5,10 @@
 # The lifeline across nodes: 4 ranks on 2 emulated nodes; 3 s into the
 # job, the PMIx server of node n2 (mpirun's orted there, or slurmstepd) is
 # SIGKILLed (lifeline_rank.sh). Every rank of n2 must exit within 1 s. The
-# launcher is told to keep going and then waits for the lost node until
-# its timeout; its status is not the verdict, DIR/lifeline.ms is.
+# launcher is told to keep going and would wait for the lost node until
+# its timeout: n1's ranks leave once DIR/lifeline.ms is written, and the
+# sidecar kills the launcher once they did. Its status is not the verdict,
+# DIR/lifeline.ms is.
 #   cluster_lifeline.sh RUN_CLUSTER mpirun|srun TW_MP_RANK
 set -eu
 run=$1 launcher=$2 rank=$3
@@ -15,7 +17,8 @@ work=$(mktemp -d /tmp/twtest-lifeline.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 chmod 0777 "$work"
 rc=0
-"$run" --launcher "$launcher" --keep-going --nodes 2 --np 4 --timeout 14 -- \
+"$run" --launcher "$launcher" --keep-going --nodes 2 --np 4 --timeout 14 \
+  --launcher-pid "$work/launcher.pid" --sidecar "$here/cluster_stop_when.sh $work 2 left" -- \
   "$here/lifeline_rank.sh" "$rank" "$work" || rc=$?
 [ "$rc" -ne 77 ] || exit 77
 n=$(find "$work" -name 'n2.*' | wc -l)

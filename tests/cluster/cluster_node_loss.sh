@@ -7,9 +7,10 @@
 # restored, reliability off, TW_TCP_TIMEOUT=2s. Ranks 4 and 5 (n3) are lost; each of ranks 0-3
 # checks that its receives from them fail TW_ERR_PEER_FAILED and its
 # error handler ran once for each and for nobody else, and that the
-# survivors still exchange messages, then leaves rankR.pass. The launcher
-# keeps going, then waits for the lost node until its timeout: its status
-# is not the verdict.
+# survivors still exchange messages, finalizes, then leaves rankR.pass.
+# The launcher keeps going and would wait for the lost node until its
+# timeout: the sidecar kills it once the 4 survivors passed, and its
+# status is not the verdict.
 #
 # TW_ROUTE (direct by default, or leader) is passed to the ranks. Once
 # every rank said hello, the TCP connections between the nodes are
@@ -30,7 +31,9 @@ chmod 0777 "$work"
 rc=0
 "$run" --launcher "$launcher" --keep-going --nodes 3 --np 6 --timeout 16 \
   --env TW_ROUTE="$route" --env TW_TCP_TIMEOUT=2s --env TWTEST_NODE_LOSS_S=10 \
-  --sidecar "$here/cluster_route.sh --count $work 6 up n3" -- "$rank" node-loss "$work" 4,5 || rc=$?
+  --launcher-pid "$work/launcher.pid" \
+  --sidecar "$here/cluster_route.sh --count $work 6 up n3" \
+  --sidecar "$here/cluster_stop_when.sh $work 4 pass" -- "$rank" node-loss "$work" 4,5 || rc=$?
 [ "$rc" -ne 77 ] || exit 77
 for r in 0 1 2 3 4 5; do
   [ -f "$work/rank$r.up" ] || { echo "FAIL: rank $r never came up (launcher status $rc)"; exit 1; }

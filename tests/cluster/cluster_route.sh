@@ -148,7 +148,6 @@ out=""
 
 fail() { echo "FAIL: $*"; exit 1; }
 check() { "$stats" - "$@" <<<"$out" || fail "counters: see twt_stats above"; }
-num() { "$stats" - "print $1" <<<"$out"; }
 # job OPTIONS... -- PROG ARGS...: run-cluster.sh, each rank under
 # cluster_rank.sh; out = the ranks' stdout; the programs' own lines shown.
 job() {
@@ -171,28 +170,39 @@ leader)
   while [ "$1" != -- ]; do envs+=(--env "$1"); shift; done
   shift
   job --nodes "$nodes" --np "$np" --timeout 100 "${envs[@]}" -- "$@" --stats=json
-  check "all nnodes == $nodes" 'all ifaces/route/sent > 0' 'all ifaces/route/delivered > 0' \
-    'all ifaces/route/dropped == 0'
+  # Two interpreter starts in all (each costs a few 100 ms on a busy
+  # machine): the numbers first, then every query at once.
+  rel=0
+  [[ " ${envs[*]} " != *" TW_RELIABLE=1 "* ]] || rel=1
+  wants=('print sum ifaces/route/sent' 'print sum ifaces/route/forwarded')
+  if [ $rel = 1 ]; then
+    for ((r = 0; r < np; r++)); do wants+=("print rank $r ifaces/rel/failovers"); done
+  fi
+  mapfile -t nums < <("$stats" - "${wants[@]}" <<<"$out") || fail "counters: see twt_stats above"
+  [ ${#nums[@]} -eq ${#wants[@]} ] || fail "counters: ${#nums[@]} numbers, ${#wants[@]} wanted"
+  qs=("all nnodes == $nodes" 'all ifaces/route/sent > 0' 'all ifaces/route/delivered > 0'
+    'all ifaces/route/dropped == 0')
   for ((r = 0; r < np; r++)); do
     if ! is_leader $r "$np" "$nodes"; then
-      check "rank $r ifaces/route/forwarded == 0"
+      qs+=("rank $r ifaces/route/forwarded == 0")
       # Under rel, tcp stays a failover path (injected faults may fail
       # route over to it) and carries rel's empty pings meanwhile.
-      if ! failovers=$(num "rank $r ifaces/rel/failovers" 2>/dev/null); then
-        check "rank $r ifaces/tl:tcp/tx_msgs == 0"
-      elif [ "$failovers" -eq 0 ]; then
-        check "rank $r ifaces/tl:tcp/tx_bytes == 0"
+      if [ $rel = 0 ]; then
+        qs+=("rank $r ifaces/tl:tcp/tx_msgs == 0")
+      elif [ "${nums[$((2 + r))]}" -eq 0 ]; then
+        qs+=("rank $r ifaces/tl:tcp/tx_bytes == 0")
       fi
     else
-      check "rank $r ifaces/tl:tcp/tx_msgs > 0"
+      qs+=("rank $r ifaces/tl:tcp/tx_msgs > 0")
       if [ $r -lt $((np - 1)) ] && ! is_leader $((r + 1)) "$np" "$nodes"; then
-        check "rank $r ifaces/route/forwarded > 0"
+        qs+=("rank $r ifaces/route/forwarded > 0")
       fi
     fi
   done
+  check "${qs[@]}"
   echo "leader: $np ranks on $nodes nodes under $launcher, every message once: route sent" \
-    "$(num 'sum ifaces/route/sent'), the leaders passed $(num 'sum ifaces/route/forwarded')" \
-    "frames on, the other ranks none and nothing over tcp of their own"
+    "${nums[0]}, the leaders passed ${nums[1]} frames on, the other ranks none and nothing" \
+    "over tcp of their own"
   ;;
 conncount)
   nodes=$1 np=$2 hold=$3
@@ -208,13 +218,15 @@ conncount)
     if [ $mode = direct ]; then
       check 'none ifaces/route' 'all ifaces/tl:tcp/tx_msgs > 0'
     else
+      qs=()
       for ((r = 0; r < np; r++)); do
         if is_leader $r "$np" "$nodes"; then
-          check "rank $r ifaces/route/forwarded > 0"
+          qs+=("rank $r ifaces/route/forwarded > 0")
         else
-          check "rank $r ifaces/tl:tcp/tx_msgs == 0"
+          qs+=("rank $r ifaces/tl:tcp/tx_msgs == 0")
         fi
       done
+      check "${qs[@]}"
     fi
   done
   ;;
@@ -222,9 +234,12 @@ pathcut)
   alltoall=$1
   # TW_COLL_SLOTS=0: no collectives segment set-up at tw_init to shift
   # when the stream runs against the cut (the collectives are not used).
+  # --gate: the second half of every stream waits for the cut, so that
+  # every cut path carries traffic after it (and fails over) however
+  # late the cut comes on a busy machine.
   job --nodes 2 --np 4 --timeout 100 --env TW_RELIABLE=1 --env TW_ROUTE=direct \
     --env TW_REL_PATH_TIMEOUT=300ms --env TW_COLL_SLOTS=0 --sidecar "$me --cut $work 4 2" -- \
-    "$alltoall" -t 2 -m 6000 --max-size 16k --stats=json
+    "$alltoall" -t 2 -m 2000 --max-size 16k --gate "$work/cut" --stats=json
   [ -f "$work/cut" ] || fail "the run ended before the cut"
   read -r kept dropped <"$work/counters" || fail "no counters of the cut"
   [ "$dropped" -gt 0 ] || fail "the cut dropped nothing"
@@ -236,10 +251,11 @@ pathcut)
     'all ifaces/rel/failbacks == 0' 'all ifaces/rel/peer_failures == 0' \
     'rank 0 ifaces/route/forwarded > 0' 'rank 2 ifaces/route/forwarded > 0' \
     'rank 1 ifaces/route/forwarded == 0' 'rank 3 ifaces/route/forwarded == 0'
+  mapfile -t nums < <("$stats" - 'print sum ifaces/rel/failovers' \
+    'print sum ifaces/route/forwarded' <<<"$out")
   echo "pathcut: every connection between n1 and n2 but the leaders' cut mid-run" \
     "($dropped packets dropped, $kept passed between the leaders): every message once," \
-    "$(num 'sum ifaces/rel/failovers') failovers, the leaders passed" \
-    "$(num 'sum ifaces/route/forwarded') frames on"
+    "${nums[0]:-?} failovers, the leaders passed ${nums[1]:-?} frames on"
   ;;
 *)
   echo "cluster_route.sh: unknown case $case"

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Copyright (c) 2026 The threadwire authors
 #
-# One rank of cluster_lifeline.sh: becomes `tw_mp_rank wait DIR 10` (exec,
+# One rank of cluster_lifeline.sh: becomes `tw_mp_rank wait DIR 10
+# lifeline.ms` (n1's ranks leave once the result is in; exec,
 # so the rank's parent stays the launcher's PMIx server on its node: orted
 # or slurmstepd). On node n2 it first leaves DIR/n2.PID, and the rank of
 # local rank 0 there starts the killer: 3 s later (every rank joined) it
@@ -33,4 +34,4 @@ if [ "$(hostname)" = n2 ]; then
     ) &
   fi
 fi
-exec "$rank" wait "$dir" 10
+exec "$rank" wait "$dir" 10 lifeline.ms

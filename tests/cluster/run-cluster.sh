@@ -8,7 +8,7 @@
 #   run-cluster.sh --launcher mpirun|srun|none --nodes N --np P
 #                  [--env VAR=VAL]... [--timeout S] [--cut NODE@S[+D]]...
 #                  [--keep-going] [--launcher-pid FILE] [--linger S]
-#                  [--sidecar CMD] -- prog args...
+#                  [--sidecar CMD]... -- prog args...
 #
 # The whole scenario runs in private mount, network, UTS and PID namespaces
 # (unshare), so the host's network is never touched, parallel runs cannot
@@ -52,7 +52,8 @@
 #   --sidecar CMD  run CMD (split at spaces) in the head beside the job,
 #                  from the launch on, stopped with the daemons if it is
 #                  still running; it sees what the program sees (TW*), so
-#                  it can watch the nodes (ip netns exec nK ...) or cut them.
+#                  it can watch the nodes (ip netns exec nK ...) or cut them;
+#                  may be given more than once.
 # The program sees TWCLUSTER_NODES ("n1 n2 ..."), TWCLUSTER_SUBNET,
 # TWCLUSTER_LINK (cluster-link.sh) and TWCLUSTER_DIR (scratch, shared).
 # Exit 77 with a reason when root, unshare, ip, nft, namespaces or the
@@ -74,7 +75,7 @@ usage() {
 }
 
 launcher="" nodes=2 np="" timeout=45 envs=() cuts=() prog=() keep_going=0
-launcher_pid="" linger=0 sidecar=""
+launcher_pid="" linger=0 sidecars=()
 parse_args() {
   while [ $# -gt 0 ]; do
     case $1 in
@@ -87,7 +88,7 @@ parse_args() {
       --keep-going) keep_going=1; shift ;;
       --launcher-pid) launcher_pid=${2:-}; shift 2 ;;
       --linger) linger=${2:-}; shift 2 ;;
-      --sidecar) sidecar=${2:-}; shift 2 ;;
+      --sidecar) sidecars+=("${2:-}"); shift 2 ;;
       --) shift; prog=("$@"); break ;;
       *) usage ;;
     esac
@@ -189,12 +190,13 @@ scenario_up() {
   fi
 }
 
-# Stops what we started, by pid: TERM, then KILL after 5 s. Anything else
-# still alive in this PID namespace is ours too (slurmstepd, orted, ranks).
+# Stops what we started, by pid: TERM, then KILL after 5 s (STOP_GRACE
+# tenths of a second). Anything else still alive in this PID namespace is
+# ours too (slurmstepd, orted, ranks).
 stop_pids() {
   local p t alive
   for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
-  for t in $(seq 50); do
+  for t in $(seq "${STOP_GRACE:-50}"); do
     alive=0
     for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
     [ $alive -eq 1 ] || break
@@ -246,11 +248,14 @@ scenario_down() {
   # The job first (timeout passes the signal on to the launcher), then
   # the daemons and cuts in reverse order of their start.
   [ -z "$job" ] || stop_pids "$job"
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pids "${pids[i]}"; done
+  # The daemons get 1 s each: one on a node cut off (slurmd) would spend
+  # the whole 5 s trying to report to its controller.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do STOP_GRACE=10 stop_pids "${pids[i]}"; done
   left=$(others)
   if [ -n "$left" ]; then
     log "stopping leftovers: $(for i in $left; do tr '\0' ' ' </proc/$i/cmdline; echo; done 2>/dev/null)"
-    stop_pids $left
+    # What the launcher left behind gets 1 s too (a slurmstepd cut off).
+    STOP_GRACE=10 stop_pids $left
   fi
   for i in $(seq 1 "$nodes"); do ip netns del "n$i" 2>/dev/null || true; done
   ip link del twbr0 2>/dev/null || true
@@ -291,11 +296,12 @@ start_cuts() {
 }
 
 start_sidecar() {
-  local cmd
-  [ -n "$sidecar" ] || return 0
-  read -ra cmd <<<"$sidecar"
-  "${cmd[@]}" &
-  pids+=($!)
+  local cmd s
+  for s in ${sidecars[@]+"${sidecars[@]}"}; do
+    read -ra cmd <<<"$s"
+    "${cmd[@]}" &
+    pids+=($!)
+  done
 }
 
 # Ranks per node, as srun's block distribution: the first P mod N get one more.

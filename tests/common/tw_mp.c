@@ -124,6 +124,9 @@ static int set_extra(const tw_mp_opt_t *x, const char *arg)
         return parse_u64(arg, 0, x->value);
     case TW_MP_ARG_SIZE:
         return parse_u64(arg, 1, x->value);
+    case TW_MP_ARG_STR:
+        *(const char **)x->value = arg;
+        return 0;
     default:
         return parse_double(arg, x->value);
     }

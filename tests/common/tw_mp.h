@@ -72,10 +72,11 @@ typedef struct tw_mp_opts {
 } tw_mp_opts_t;
 
 typedef enum tw_mp_arg {
-    TW_MP_ARG_FLAG,  /* bool, set true */
-    TW_MP_ARG_U64,   /* uint64_t */
-    TW_MP_ARG_SIZE,  /* uint64_t, with k/m suffixes */
-    TW_MP_ARG_DOUBLE /* double */
+    TW_MP_ARG_FLAG,   /* bool, set true */
+    TW_MP_ARG_U64,    /* uint64_t */
+    TW_MP_ARG_SIZE,   /* uint64_t, with k/m suffixes */
+    TW_MP_ARG_DOUBLE, /* double */
+    TW_MP_ARG_STR     /* const char *, the argument itself */
 } tw_mp_arg_t;
 
 /* A program's own option. */

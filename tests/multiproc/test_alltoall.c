@@ -4,7 +4,7 @@
  * All-to-all between every thread of every rank, through the public API.
  *
  *   twrun -n N test_alltoall [-t THREADS] [-m MSGS] [--max-size BYTES] [--seed S]
- *                            [--max-stall S] [--stats[=json]] [--poll]
+ *                            [--max-stall S] [--stats[=json]] [--poll] [--gate FILE]
  *
  * (-n 1 works too: the rank sends to itself.) Every rank runs THREADS
  * workers (default 4), each with its own CQ. Worker s of rank r sends MSGS
@@ -46,7 +46,9 @@
  * once the earlier messages of that source, all already sent, are in;
  * masked receives (K2 per source) and any-source receives (K3) match any
  * message of their kind. At the end a barrier of 0-byte messages keeps
- * every rank alive until all ranks are done. Manual mode
+ * every rank alive until all ranks are done. --gate FILE: each worker
+ * posts half its sends, then the rest once FILE exists (a test's fault,
+ * such as a cut path, put in place meanwhile, so that traffic crosses it). Manual mode
  * (TW_PROGRESS_THREADS=0): every waiting thread calls tw_progress.
  * --poll: workers never wait in tw_cq_wait; they spin on tw_cq_poll (and
  * tw_progress in manual mode), as MPI codes spin on MPI_Test.
@@ -55,7 +57,9 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "threadwire/threadwire.h"
 #include "tw_mp.h"
@@ -98,9 +102,11 @@ static uint32_t g_msgs; /* per (sender thread, destination rank) */
 static uint32_t g_max_size, g_wild_max;
 static uint64_t g_seed;
 static double g_max_stall; /* s without a completion in a thread: a failure */
-static bool g_poll;        /* --poll: workers spin on tw_cq_poll alone */
-static bool g_manual;      /* TW_PROGRESS_THREADS=0 */
-static plan_t *g_plan;     /* [src rank][src thread][dst rank][seq] */
+static const char *g_gate; /* --gate: the second half of the sends waits for it */
+static atomic_bool g_gate_open;
+static bool g_poll;    /* --poll: workers spin on tw_cq_poll alone */
+static bool g_manual;  /* TW_PROGRESS_THREADS=0 */
+static plan_t *g_plan; /* [src rank][src thread][dst rank][seq] */
 static tw_context_t *g_ctx;
 
 static plan_t *plan_of(int r, unsigned s, int d, uint32_t seq)
@@ -240,6 +246,7 @@ typedef struct worker {
     uint64_t expect, received, truncated, large, by_cls[NCLS];
     uint64_t send_total, send_next, sent, bytes_sent, bytes_recv;
     uint32_t send_out;
+    bool gated; /* stopped at --gate once */
 } worker_t;
 
 static worker_t *g_w;
@@ -353,11 +360,35 @@ static bool post_receives(worker_t *w)
 }
 
 /* Send order: seq by seq, destinations rotated so ranks are hit evenly. */
+/* --gate: true once the file exists (looked for at most every 10 ms). */
+static bool gate_open(void)
+{
+    static _Atomic double next_look;
+
+    if (g_gate == NULL || atomic_load_explicit(&g_gate_open, memory_order_relaxed)) {
+        return true;
+    }
+    double now = twt_now();
+    if (now < atomic_load_explicit(&next_look, memory_order_relaxed)) {
+        return false;
+    }
+    atomic_store_explicit(&next_look, now + 0.01, memory_order_relaxed);
+    if (access(g_gate, F_OK) != 0) {
+        return false;
+    }
+    atomic_store_explicit(&g_gate_open, true, memory_order_relaxed);
+    return true;
+}
+
 static bool post_sends(worker_t *w)
 {
     bool did = false;
 
     while (w->send_out < SEND_WINDOW && w->send_next < w->send_total) {
+        if (w->send_next >= w->send_total / 2 && !gate_open()) {
+            w->gated = true;
+            break;
+        }
         uint32_t seq = (uint32_t)(w->send_next / (uint64_t)g_size);
         int d = (int)((w->send_next + (uint64_t)g_rank + w->id + seq) % (uint64_t)g_size);
         const plan_t *p = plan_of(g_rank, w->id, d, seq);
@@ -542,6 +573,8 @@ static void *worker_main(void *arg)
         if (n > 0) {
             last = twt_now();
             tw_mp_tick();
+        } else if (w->gated && !gate_open()) {
+            last = twt_now(); /* waiting for the gate is no stall */
         } else if (twt_now() - last > g_max_stall) {
             dump_state(w);
             TW_MP_FAIL("thread %u: no completion for %.1f s", w->id, g_max_stall);
@@ -599,9 +632,12 @@ int main(int argc, char **argv)
                       .stall_s = 30};
 
     bool poll = false;
+    const char *gate = NULL;
     const tw_mp_opt_t extra[] = {
         {"poll", 0, TW_MP_ARG_FLAG, &poll,
          "workers wait on tw_cq_poll alone, never tw_cq_wait (tw_progress too in manual mode)"},
+        {"gate", 0, TW_MP_ARG_STR, &gate,
+         "each worker posts half its sends, the rest once FILE exists"},
     };
     const char *pt = getenv("TW_PROGRESS_THREADS");
 
@@ -610,6 +646,7 @@ int main(int argc, char **argv)
                     TW_MP_STATS,
                 extra, TWT_ARRAY_SIZE(extra), &o);
     g_poll = poll;
+    g_gate = gate;
     g_manual = pt != NULL && strcmp(pt, "0") == 0;
     TWT_CHECKF(o.messages <= (1u << 24), "at most %u messages", 1u << 24);
     g_threads = o.threads;

@@ -3,7 +3,11 @@
 /*
  * A threadwire rank for the failure scripts (public API only):
  *
- *   tw_mp_rank wait DIR [SECONDS]       init, then wait (twrun_kill_test.sh)
+ *   tw_mp_rank wait DIR [SECONDS [UNTIL]]
+ *                                       init, then wait (twrun_kill_test.sh);
+ *                                       leave early once DIR/UNTIL exists,
+ *                                       then write DIR/rankR.left after
+ *                                       tw_finalize (cluster_lifeline.sh)
  *   tw_mp_rank crash R DIR              init; once every rank is up, rank R
  *                                       calls abort(); the others wait
  *   tw_mp_rank peer-kill DIR [BIGSIZE]  twrun -n 2 --keep-going: rank 1 dies
@@ -181,12 +185,12 @@ static int count_pid_files(int size)
     return n;
 }
 
-static int run_wait(int crash_rank, double seconds)
+static int run_wait(int crash_rank, double seconds, const char *until)
 {
     tw_context_t *ctx = tw_mp_init();
     tw_cq_t *cq;
     tw_completion_t c[4];
-    char buf[64];
+    char buf[64], path[512];
     bool crashed = false;
 
     announce();
@@ -206,11 +210,21 @@ static int run_wait(int crash_rank, double seconds)
         }
         int n = wait_some(ctx, cq, c, 4, 100);
         TW_MP_CHECK(n == 0, "unexpected completion (status %s)", tw_strerror(c[0].status));
+        if (until != NULL) {
+            snprintf(path, sizeof(path), "%s/%s", g_dir, until);
+            if (access(path, F_OK) == 0) {
+                break;
+            }
+        }
     }
     TW_MP_CHECK(tw_finalize(ctx) == TW_OK, "tw_finalize");
     while (tw_cq_poll(cq, c, 4) > 0) {
     }
     TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
+    if (until != NULL) {
+        snprintf(path, sizeof(path), "rank%d.left", tw_mp_rank());
+        write_file(path, "ok\n");
+    }
     return 0;
 }
 
@@ -677,7 +691,7 @@ static int run_survivor(tw_context_t *ctx, size_t big)
  * TW_ERR_PEER_FAILED, the error handler ran once for each lost rank and
  * for no other, the receives from the survivors are still posted (each
  * survivor then sends every other the message they wait for, and they
- * complete TW_OK), then writes DIR/rankR.pass. */
+ * complete TW_OK), then finalizes and writes DIR/rankR.pass. */
 static int run_node_loss(const char *lost_list)
 {
     tw_context_t *ctx = tw_mp_init();
@@ -776,14 +790,15 @@ static int run_node_loss(const char *lost_list)
     printf("node-loss: rank %d: %d lost rank(s) failed within %.1f s, handler once each; %d "
            "survivor(s) still talk\n",
            me, nlost, t_failed, survivors - 1);
-    snprintf(name, sizeof(name), "rank%d.pass", me);
-    write_file(name, "ok\n");
     TW_MP_CHECK(tw_finalize(ctx) == TW_OK, "tw_finalize");
     while (tw_cq_poll(cq, c, 16) > 0) {
     }
     TW_MP_CHECK(tw_cq_destroy(cq) == TW_OK, "tw_cq_destroy");
     free(rbuf);
     free(lost);
+    /* Last: the driver may stop the job once every survivor wrote it. */
+    snprintf(name, sizeof(name), "rank%d.pass", me);
+    write_file(name, "ok\n");
     return 0;
 }
 
@@ -800,11 +815,11 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && strcmp(argv[1], "wait") == 0) {
         g_dir = argv[2];
-        return run_wait(-1, argc > 3 ? atof(argv[3]) : 30);
+        return run_wait(-1, argc > 3 ? atof(argv[3]) : 30, argc > 4 ? argv[4] : NULL);
     }
     if (argc >= 4 && strcmp(argv[1], "crash") == 0) {
         g_dir = argv[3];
-        return run_wait(atoi(argv[2]), 30);
+        return run_wait(atoi(argv[2]), 30, NULL);
     }
     if (argc >= 3 && strcmp(argv[1], "peer-kill") == 0) {
         g_dir = argv[2];
