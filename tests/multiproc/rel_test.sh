@@ -13,9 +13,10 @@
 #                                                  messages; retransmissions <= 3x ideal
 #   rel_test.sh TWRUN TEST_ALLTOALL b4             sequence numbers wrap, 5% drop, 10^4
 #   rel_test.sh TWRUN TEST_ALLTOALL b8             3 ranks over shm+tcp; rank 0's shm goes
-#                                                  dark after a random frame, 20 times: traffic
-#                                                  moves to tcp with no stall over 1 s, no
-#                                                  rank sees an error
+#                                                  dark after a random frame, 20 times (8
+#                                                  under sanitizers): traffic moves to tcp
+#                                                  with no stall over 1 s, no rank sees an
+#                                                  error
 #   rel_test.sh TWRUN TEST_ALLTOALL failback       2 ranks over shm+tcp; rank 0's shm goes
 #                                                  dark for 100 ms mid-stream: fails over to
 #                                                  tcp, and back to shm once probes answer
@@ -29,11 +30,14 @@ twrun=$1 prog=$2 case=$3 tl=${4:-shm}
 stats="$(dirname "$0")/../common/twt_stats.py"
 
 fail() { echo "$out" | tail -40; echo "FAIL: $*"; exit 1; }
-# every query holds over the ranks' counters (twt_stats.py says which not)
-check() { "$stats" - "$@" <<<"$out" || fail "counters: see twt_stats above"; }
-# counter PATH (ifaces/rel/retransmits): summed over the ranks, or rank $2's
-sum() { "$stats" - "print sum $1" <<<"$out"; }
-of_rank() { "$stats" - "print rank $2 $1" <<<"$out"; }
+# Every query holds over the ranks' counters (twt_stats.py says which
+# not); the values of its "print" queries go to nums[], in order. One
+# interpreter start per job: each costs a few 100 ms on a busy machine.
+check() {
+  local got
+  got=$("$stats" - "$@" <<<"$out") || fail "counters: see twt_stats above"
+  mapfile -t nums <<<"$got"
+}
 run() { out=$("$twrun" "$@" 2>&1) || fail "job failed: $*"; }
 
 export TW_RELIABLE=1
@@ -46,19 +50,16 @@ b1)
   export TW_TRANSPORTS=$tl TW_FAULT=drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=${TWTEST_SEED:-42}
   run -n 2 "$prog" -t 4 -m 1250 --max-size 256k --stats=json
   # the faults happened; rel repaired them; nobody was failed
-  for k in dropped corrupted duplicated reordered; do
-    check "sum ifaces/lossy:$tl/$k > 0"
+  qs=('all ifaces/rel/peer_failures == 0')
+  for k in lossy:$tl/dropped lossy:$tl/corrupted lossy:$tl/duplicated lossy:$tl/reordered \
+    rel/retransmits rel/crc_failures rel/duplicates; do
+    qs+=("sum ifaces/$k > 0" "print sum ifaces/$k")
   done
-  for k in retransmits crc_failures duplicates; do
-    check "sum ifaces/rel/$k > 0"
-  done
-  check 'all ifaces/rel/peer_failures == 0'
+  check "${qs[@]}"
   echo "b1 over $tl: $(grep -c 'intact exactly once' <<<"$out") ranks got every message intact," \
-    "once, in order; injected: dropped $(sum "ifaces/lossy:$tl/dropped"), corrupted" \
-    "$(sum "ifaces/lossy:$tl/corrupted"), duplicated $(sum "ifaces/lossy:$tl/duplicated")," \
-    "reordered $(sum "ifaces/lossy:$tl/reordered"); rel: retransmits" \
-    "$(sum ifaces/rel/retransmits), checksum failures $(sum ifaces/rel/crc_failures)," \
-    "duplicates dropped $(sum ifaces/rel/duplicates)"
+    "once, in order; injected: dropped ${nums[0]}, corrupted ${nums[1]}, duplicated" \
+    "${nums[2]}, reordered ${nums[3]}; rel: retransmits ${nums[4]}, checksum failures" \
+    "${nums[5]}, duplicates dropped ${nums[6]}"
   ;;
 b2)
   # tx only: each frame is lost with p = 0.3 once, in both directions.
@@ -66,9 +67,11 @@ b2)
   # the test down.
   export TW_TRANSPORTS=$tl TW_FAULT=tx.drop=0.3,seed=${TWTEST_SEED:-7} TW_REL_RTO_MAX=20ms
   run -n 2 "$prog" -t 4 -m 320 --max-size 64k --stats=json
+  check 'print rank 0 ifaces/rel/frags_sent' 'print rank 0 ifaces/rel/retransmits' \
+    'print rank 1 ifaces/rel/frags_sent' 'print rank 1 ifaces/rel/retransmits'
   for r in 0 1; do
-    sent=$(of_rank ifaces/rel/frags_sent $r)
-    re=$(of_rank ifaces/rel/retransmits $r)
+    sent=${nums[$((2 * r))]}
+    re=${nums[$((2 * r + 1))]}
     first=$((sent - re))
     # ideal: each fragment needs 1 / (1 - p) transmissions
     ideal=$((first * 3 / 7))
@@ -101,15 +104,17 @@ b8)
     TW_REL_RTO_MAX=40ms
   seed=${TWTEST_SEED:-11}
   args=(-n 3 "$prog" -t 2 -m 400 --max-size 64k --stats=json)
-  for i in $(seq 1 "${TWTEST_B8_RUNS:-20}"); do
+  # 20 runs, 8 in sanitizer builds (TWTEST_B8_RUNS sets it).
+  runs=20
+  [ "${TWTEST_SCALE:-1}" -gt 1 ] && runs=8
+  for i in $(seq 1 "${TWTEST_B8_RUNS:-$runs}"); do
     n=$((((seed * 7919 + i * 104729) % 1500 + 50) / ${TWTEST_SCALE:-1} + 1))
     export TW_FAULT=blackhole_after=$n
     run "${args[@]}" --max-stall $stall
     check 'sum ifaces/rel/failovers >= 1' 'all ifaces/rel/peer_failures == 0' \
-      'rank 0 ifaces/lossy:shm/blackholed > 0'
-    fo=$(sum ifaces/rel/failovers)
-    echo "b8 run $i: shm of rank 0 dark after $n frames: $fo failovers, no stall over $stall s," \
-      "every message once, no error"
+      'rank 0 ifaces/lossy:shm/blackholed > 0' 'print sum ifaces/rel/failovers'
+    echo "b8 run $i: shm of rank 0 dark after $n frames: ${nums[0]} failovers, no stall over" \
+      "$stall s, every message once, no error"
   done
   ;;
 failback)
@@ -121,11 +126,11 @@ failback)
   export TW_TRANSPORTS=shm,tcp TW_FAULT_ON=shm TW_FAULT_RANKS=0 TW_REL_PATH_TIMEOUT=60ms \
     TW_REL_RTO_MAX=10ms TW_REL_PROBE=10ms TW_FAULT=blackhole=400ms,blackhole_for=100ms
   run -n 2 "$prog" -t 2 -m 80000 --max-size 16k --stats=json
-  check 'sum ifaces/rel/failovers >= 1' 'all ifaces/rel/peer_failures == 0'
-  # no fail-back: did the run end before the shm path healed?
-  check 'sum ifaces/rel/failbacks >= 1'
-  echo "failback: rank 0's shm dark from 400 to 500 ms: $(sum ifaces/rel/failovers) failovers," \
-    "$(sum ifaces/rel/failbacks) fail-backs, every message once, in order, no error"
+  # no fail-back (failbacks == 0): did the run end before the shm path healed?
+  check 'sum ifaces/rel/failovers >= 1' 'all ifaces/rel/peer_failures == 0' \
+    'sum ifaces/rel/failbacks >= 1' 'print sum ifaces/rel/failovers' 'print sum ifaces/rel/failbacks'
+  echo "failback: rank 0's shm dark from 400 to 500 ms: ${nums[0]} failovers, ${nums[1]}" \
+    "fail-backs, every message once, in order, no error"
   ;;
 *)
   echo "rel_test.sh: unknown case $case"

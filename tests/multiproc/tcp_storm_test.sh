@@ -4,11 +4,11 @@
 #
 # Simultaneous-connect storm over TCP: 4 ranks, every rank sends to every
 # other at once as its first act (test_alltoall with one message per
-# thread), 100 jobs in a row (TWTEST_SCALE divides). Every job must pass:
+# thread), 40 jobs in a row (TWTEST_SCALE divides). Every job must pass:
 # the connect races settle without loss, error or hang.
 set -eu
 twrun=$1 prog=$2
-runs=$((100 / ${TWTEST_SCALE:-1}))
+runs=$((40 / ${TWTEST_SCALE:-1}))
 export TW_TRANSPORTS=tcp
 for i in $(seq "$runs"); do
   if ! out=$("$twrun" -n 4 "$prog" -t 2 -m 2 --seed "$i" 2>&1); then
