@@ -443,6 +443,26 @@ tw_status_t tw_coll_create(const tw_coll_params_t *params, tw_coll_t **coll_p)
     return TW_OK;
 }
 
+tw_status_t tw_coll_node_prepare(tw_coll_t *coll)
+{
+    return tw_cshm_node_prepare(coll);
+}
+
+size_t tw_coll_node_addr(const tw_coll_t *coll, void *buf, size_t room)
+{
+    return tw_cshm_node_addr(coll, buf, room);
+}
+
+int tw_coll_node_leader(const tw_coll_t *coll)
+{
+    return tw_cshm_node_leader(coll);
+}
+
+void tw_coll_node_attach(tw_coll_t *coll, const void *addr, size_t len)
+{
+    tw_cshm_node_attach(coll, addr, len);
+}
+
 tw_status_t tw_coll_node_setup(tw_coll_t *coll)
 {
     return tw_cshm_node_setup(coll);

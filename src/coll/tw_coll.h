@@ -7,9 +7,10 @@
  * tw_barrier, ...) are implemented here, in tw_coll_api.c: a group handle
  * leads to its context's tw_coll_t without the runtime.
  *
- * Life: tw_coll_create before the engines start (it registers its
- * progress function with engine 0), tw_coll_start once they run (the
- * world group, the node segment), tw_coll_stop before the stack quiesces
+ * Life: tw_coll_create and tw_coll_start before the address exchange
+ * (the engines not started: it registers its progress function with
+ * engine 0; the world group), the node segment through that exchange
+ * (tw_coll_node_*), tw_coll_stop before the stack quiesces
  * (outstanding nonblocking collectives complete TW_ERR_CANCELED),
  * tw_coll_destroy with the engines stopped.
  */
@@ -47,10 +48,21 @@ extern const tw_cfg_table_t tw_coll_cfg_table;
 
 /** TW_ERR_NOMEM, TW_ERR_INVALID (a bad TW_COLL_* variable: logged). */
 tw_status_t tw_coll_create(const tw_coll_params_t *params, tw_coll_t **coll_p);
-/** Make the world group (before the engines start). */
+/** Make the world group (before the exchange). */
 tw_status_t tw_coll_start(tw_coll_t *coll);
-/** The engines run: set up the node segment (messages with the node's
- * other ranks; failures only cost the shared-memory path). */
+/* The node's shared-memory segment, set up through tw_init's address
+ * exchange (no messages; failures only cost the shared-memory path):
+ *   tw_coll_node_prepare  before the exchange (the node's leader creates it)
+ *   tw_coll_node_addr     the leader's entry for its address blob
+ *   tw_coll_node_attach   after the exchange, before its closing barrier:
+ *                         the others attach by the entry of rank
+ *                         tw_coll_node_leader (-1: nothing to attach)
+ *   tw_coll_node_setup    after that barrier: the world group binds it */
+tw_status_t tw_coll_node_prepare(tw_coll_t *coll);
+#define TW_COLL_ADDR_NAME "coll"
+size_t tw_coll_node_addr(const tw_coll_t *coll, void *buf, size_t room);
+int tw_coll_node_leader(const tw_coll_t *coll);
+void tw_coll_node_attach(tw_coll_t *coll, const void *addr, size_t len);
 tw_status_t tw_coll_node_setup(tw_coll_t *coll);
 /** @p peer is gone (first report). @p failed: every group holding it
  * fails. A clean departure (!@p failed) fails nothing: what it sent and

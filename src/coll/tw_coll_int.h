@@ -45,7 +45,6 @@
 #define TW_COLL_STEP_MAX  0xFBu       /* last step an operation may use */
 #define TW_COLL_STEP_JOIN 0xFFu       /* member -> first member: I am here */
 #define TW_COLL_STEP_WELC 0xFEu       /* first member -> member: the rids */
-#define TW_COLL_STEP_SEG  0xFCu       /* the node segment (world group, at init) */
 #define TW_COLL_TAG(rid, seq, step) \
     (((uint64_t)(rid) << 32) | (((uint64_t)(seq)&0xFFFFFFu) << 8) | (uint64_t)(step))
 #define TW_COLL_TAG_RID(tag)    ((uint32_t)((tag) >> 32))

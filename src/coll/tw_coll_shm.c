@@ -92,6 +92,8 @@ struct tw_cshm_node {
     uint64_t spin_ns;   /* TW_COLL_SPIN, or 0 when the node's ranks outnumber its CPUs */
     int cpus;           /* CPUs this process may run on */
     atomic_int waiters; /* this process's threads in a blocking wait */
+    uint64_t size;      /* of the segment */
+    char name[TW_SEG_NAME_MAX];
 };
 
 /* Bytes of a cell on a node of @p nlocal ranks. */
@@ -459,12 +461,9 @@ tw_status_t tw_cshm_step(tw_coll_op_t *op, tw_coll_act_t *a)
 
 /* ---- the node segment ---------------------------------------------------- */
 
-typedef struct tw_cseg_msg {
-    int32_t status;
-    uint32_t reserved;
-    uint64_t size;
-    char name[TW_SEG_NAME_MAX];
-} tw_cseg_msg_t;
+/* The leader's entry in its address blob: u64 size (host order: only the
+ * ranks of its node read it), the segment's name with its NUL. */
+#define TW_CSEG_ADDR_MIN 10u
 
 static tw_status_t tw_cseg_layout(tw_cshm_node_t *node, uint64_t *size_p)
 {
@@ -492,108 +491,51 @@ static bool tw_cseg_valid(const tw_cshm_node_t *node, uint64_t size)
            h->slot_bytes == node->slot_bytes && h->size == size;
 }
 
-/* Receive one tw_cseg_msg_t from world rank @p src (until @p deadline). */
-static tw_status_t tw_cseg_recv(tw_coll_t *coll, int src, tw_cseg_msg_t *m, uint64_t deadline)
+/* The leader: create and initialize the segment (its name still linked). */
+static tw_status_t tw_cseg_create(tw_coll_t *coll, tw_cshm_node_t *node, uint64_t size)
 {
-    tw_group_t *w = coll->world;
-    uint64_t tag = TW_COLL_TAG(0, 0xFFFFFFu, TW_COLL_STEP_SEG);
-    bool got = false;
-    unsigned pending = 1;
-    tw_status_t st = tw_msg_coll_recv(coll->p.msg, src, tag, m, sizeof(*m), w->cq, &got);
+    int nlocal = node->nlocal;
+    tw_status_t st = tw_seg_make_name(coll->p.job_key, node->name, sizeof(node->name));
 
+    if (st == TW_OK) {
+        st = tw_seg_create(node->name, size, &node->seg);
+    }
     if (st != TW_OK) {
         return st;
     }
-    st = tw_coll_wait_flags(w, &pending, deadline);
-    if (pending > 0 && tw_msg_coll_cancel(coll->p.msg, src, tag)) {
-        pending = 0;
-    }
-    (void)tw_coll_wait_flags(w, &pending, UINT64_MAX);
-    return st == TW_OK ? (tw_status_t)m->status : st;
+    tw_cseg_map(node);
+    tw_cseg_hdr_t *h = node->hdr;
+    h->magic = TW_CSEG_MAGIC;
+    h->version = TW_CSEG_VERSION;
+    h->nlocal = (uint32_t)nlocal;
+    h->nslots = node->nslots;
+    h->chunk = (uint32_t)tw_cshm_chunk(nlocal);
+    h->cells = TW_CSHM_CELLS;
+    h->slot_bytes = node->slot_bytes;
+    h->size = size;
+    atomic_store(&h->attached, 1);
+    /* Slot set 0 is the world's, held by every local rank. */
+    atomic_store(&node->desc[0].members, nlocal == 64 ? UINT64_MAX : (1ull << nlocal) - 1);
+    atomic_store(&node->desc[0].owner, 1);
+    return TW_OK;
 }
 
-static tw_status_t tw_cseg_send(tw_coll_t *coll, int dst, const tw_cseg_msg_t *m)
+static void tw_cshm_node_free(tw_cshm_node_t *node)
 {
-    return tw_coll_send(coll, dst, TW_COLL_TAG(0, 0xFFFFFFu, TW_COLL_STEP_SEG), m, sizeof(*m));
+    if (node->seg.base != NULL) {
+        if (node->local_rank == 0) {
+            (void)tw_seg_unlink(&node->seg); /* tw_init failed before setup did */
+        }
+        tw_seg_detach(&node->seg);
+    }
+    tw_free(node->ranks, (size_t)node->nlocal * sizeof(int));
+    tw_free(node, sizeof(*node));
 }
 
-/* The leader: create, tell, collect the answers, unlink, decide. */
-static tw_status_t tw_cseg_lead(tw_coll_t *coll, tw_cshm_node_t *node, uint64_t size,
-                                uint64_t deadline)
-{
-    tw_cseg_msg_t m = {.size = size};
-    int nlocal = node->nlocal;
-    tw_status_t st = tw_seg_make_name(coll->p.job_key, m.name, sizeof(m.name));
-    bool all = true;
-
-    if (st == TW_OK) {
-        st = tw_seg_create(m.name, size, &node->seg);
-    }
-    if (st == TW_OK) {
-        tw_cseg_map(node);
-        tw_cseg_hdr_t *h = node->hdr;
-        h->magic = TW_CSEG_MAGIC;
-        h->version = TW_CSEG_VERSION;
-        h->nlocal = (uint32_t)nlocal;
-        h->nslots = node->nslots;
-        h->chunk = (uint32_t)tw_cshm_chunk(nlocal);
-        h->cells = TW_CSHM_CELLS;
-        h->slot_bytes = node->slot_bytes;
-        h->size = size;
-        atomic_store(&h->attached, 1);
-        /* Slot set 0 is the world's, held by every local rank. */
-        atomic_store(&node->desc[0].members, nlocal == 64 ? UINT64_MAX : (1ull << nlocal) - 1);
-        atomic_store(&node->desc[0].owner, 1);
-    }
-    m.status = st;
-    for (int i = 1; i < nlocal; i++) {
-        all &= tw_cseg_send(coll, node->ranks[i], &m) == TW_OK;
-    }
-    for (int i = 1; i < nlocal; i++) {
-        tw_cseg_msg_t r;
-        all &= tw_cseg_recv(coll, node->ranks[i], &r, deadline) == TW_OK;
-    }
-    if (st == TW_OK) {
-        (void)tw_seg_unlink(&node->seg); /* everyone attached, or never will */
-    }
-    /* The world group uses slot set 0 only if every local rank is in. */
-    m.status = st == TW_OK && all ? TW_OK : TW_ERR_UNSUPPORTED;
-    for (int i = 1; i < nlocal; i++) {
-        (void)tw_cseg_send(coll, node->ranks[i], &m);
-    }
-    return st == TW_OK ? (all ? TW_OK : TW_ERR_UNSUPPORTED) : st;
-}
-
-/* Another rank: attach, answer, hear the decision. */
-static tw_status_t tw_cseg_join(tw_coll_t *coll, tw_cshm_node_t *node, uint64_t size,
-                                uint64_t deadline)
-{
-    tw_cseg_msg_t m;
-    int leader = node->ranks[0];
-    tw_status_t st = tw_cseg_recv(coll, leader, &m, deadline);
-
-    if (st == TW_OK) {
-        m.name[sizeof(m.name) - 1] = '\0';
-        st = m.size == size ? tw_seg_attach(m.name, size, &node->seg) : TW_ERR_PROTOCOL;
-    }
-    if (st == TW_OK) {
-        tw_cseg_map(node);
-        st = tw_cseg_valid(node, size) ? TW_OK : TW_ERR_PROTOCOL;
-    }
-    if (st == TW_OK) {
-        atomic_fetch_or(&node->hdr->attached, 1ull << node->local_rank);
-    }
-    tw_cseg_msg_t r = {.status = st};
-    (void)tw_cseg_send(coll, leader, &r);
-    tw_status_t d = tw_cseg_recv(coll, leader, &m, deadline);
-    return st != TW_OK ? st : d;
-}
-
-tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
+tw_status_t tw_cshm_node_prepare(tw_coll_t *coll)
 {
     tw_cshm_node_t *node;
     int me = coll->p.rank, mynode = coll->p.node_of[me], nlocal = 0;
-    uint64_t size, deadline = tw_time_ns() + coll->cfg.create_timeout_ns;
     tw_status_t st;
 
     for (int r = 0; r < coll->p.size; r++) {
@@ -604,7 +546,7 @@ tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
     }
     if (!coll->p.node_shm) {
         /* TW_TRANSPORTS without shm: no shared memory between the node's
-         * ranks (and no messages at tw_init to set it up). */
+         * ranks. */
         tw_debug("coll", "no shm transport: collectives within the node run point to point");
         return TW_OK;
     }
@@ -639,28 +581,105 @@ tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
     node->cpus = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : (int)ncpu;
     node->cpus = node->cpus > 0 ? node->cpus : 1;
     atomic_init(&node->waiters, 0);
-    tw_cseg_layout(node, &size);
-    st = node->local_rank == 0 ? tw_cseg_lead(coll, node, size, deadline)
-                               : tw_cseg_join(coll, node, size, deadline);
-    if (st == TW_ERR_UNSUPPORTED && node->seg.base != NULL) {
-        /* Attached, but some local rank is not: groups without it may
-         * still use the segment; the world group may not. */
-        tw_warn("coll", "a rank of this node could not attach the collectives' segment: the "
-                        "world group runs point to point here");
-        coll->node = node;
-        return TW_OK;
-    }
-    if (st != TW_OK) {
-        tw_warn("coll", "no shared-memory collectives on this node (%s): point to point instead",
-                tw_strerror(st));
-        if (node->seg.base != NULL) {
-            tw_seg_detach(&node->seg);
+    tw_cseg_layout(node, &node->size);
+    if (node->local_rank == 0) {
+        st = tw_cseg_create(coll, node, node->size);
+        if (st != TW_OK) {
+            tw_warn("coll", "no shared-memory collectives on this node (%s): point to point",
+                    tw_strerror(st));
+            tw_cshm_node_free(node);
+            return TW_OK;
         }
-        tw_free(node->ranks, (size_t)nlocal * sizeof(int));
-        tw_free(node, sizeof(*node));
-        return TW_OK;
     }
     coll->node = node;
+    return TW_OK;
+}
+
+int tw_cshm_node_leader(const tw_coll_t *coll)
+{
+    const tw_cshm_node_t *node = coll->node;
+
+    return node != NULL && node->local_rank != 0 ? node->ranks[0] : -1;
+}
+
+size_t tw_cshm_node_addr(const tw_coll_t *coll, void *buf, size_t room)
+{
+    const tw_cshm_node_t *node = coll->node;
+    size_t n;
+
+    if (node == NULL || node->local_rank != 0) {
+        return 0;
+    }
+    n = strlen(node->name) + 1;
+    if (room < 8 + n) {
+        return 0;
+    }
+    memcpy(buf, &node->size, 8);
+    memcpy((unsigned char *)buf + 8, node->name, n);
+    return 8 + n;
+}
+
+void tw_cshm_node_attach(tw_coll_t *coll, const void *addr, size_t len)
+{
+    tw_cshm_node_t *node = coll->node;
+    const unsigned char *a = addr;
+    tw_status_t st = TW_ERR_PROTOCOL;
+
+    if (node == NULL || node->local_rank == 0) {
+        return;
+    }
+    if (addr == NULL) {
+        /* The leader has none (it said why). */
+        tw_debug("coll", "rank %d published no collectives segment: point to point",
+                 node->ranks[0]);
+        tw_cshm_node_free(node);
+        coll->node = NULL;
+        return;
+    }
+    uint64_t size = 0;
+    if (len >= TW_CSEG_ADDR_MIN) {
+        memcpy(&size, a, 8);
+    }
+    if (len >= TW_CSEG_ADDR_MIN && len - 8 <= sizeof(node->name) && a[len - 1] == '\0' &&
+        size == node->size) {
+        memcpy(node->name, a + 8, len - 8);
+        st = tw_seg_attach(node->name, node->size, &node->seg);
+    }
+    if (st == TW_OK) {
+        tw_cseg_map(node);
+        st = tw_cseg_valid(node, node->size) ? TW_OK : TW_ERR_PROTOCOL;
+    }
+    if (st != TW_OK) {
+        tw_warn("coll", "cannot attach the collectives' segment of rank %d (%s): point to point",
+                node->ranks[0], tw_strerror(st));
+        tw_cshm_node_free(node);
+        coll->node = NULL;
+        return;
+    }
+    atomic_fetch_or(&node->hdr->attached, 1ull << node->local_rank);
+}
+
+tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
+{
+    tw_cshm_node_t *node = coll->node;
+    uint64_t all;
+
+    if (node == NULL) {
+        return TW_OK;
+    }
+    if (node->local_rank == 0) {
+        (void)tw_seg_unlink(&node->seg); /* everyone attached, or never will */
+    }
+    /* Every rank attached before the exchange's closing barrier, so every
+     * local rank reads the same mask here. */
+    all = node->nlocal == 64 ? UINT64_MAX : (1ull << node->nlocal) - 1;
+    if (atomic_load(&node->hdr->attached) != all) {
+        /* Groups without the missing rank may still use the segment; the
+         * world group may not. */
+        tw_warn("coll", "a rank of this node could not attach the collectives' segment: the "
+                        "world group runs point to point here");
+        return TW_OK;
+    }
     return tw_cshm_bind(coll->world, 0);
 }
 
@@ -671,9 +690,7 @@ void tw_cshm_node_teardown(tw_coll_t *coll)
     if (node == NULL) {
         return;
     }
-    tw_seg_detach(&node->seg);
-    tw_free(node->ranks, (size_t)node->nlocal * sizeof(int));
-    tw_free(node, sizeof(*node));
+    tw_cshm_node_free(node);
     coll->node = NULL;
 }
 

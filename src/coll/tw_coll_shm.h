@@ -7,9 +7,12 @@
  * The node segment. Where the shm transport carries the node's traffic
  * (not under TW_TRANSPORTS=tcp, say: then collectives within the node
  * run point to point), the node's leader (its lowest rank) creates one
- * segment at tw_init (shmem/tw_seg: O_EXCL, 0600, fallocated) and sends
- * its name to the node's other ranks, which attach and answer; then the
- * leader unlinks the name. Layout (all offsets fixed by the header):
+ * segment at tw_init (shmem/tw_seg: O_EXCL, 0600, fallocated) and
+ * publishes its name in its address blob, through the launcher's
+ * exchange; the node's other ranks attach before the exchange's closing
+ * barrier and set their bit in the header, then the leader unlinks the
+ * name and every local rank reads the same bits. Layout (all offsets
+ * fixed by the header):
  *
  *   page 0     header: magic, version, sizes, which local ranks attached
  *   descs      one 128-byte descriptor per slot set: owner (0 = free) and
@@ -102,9 +105,20 @@ typedef struct tw_cshm_bind {
     size_t chunk;           /* bytes of a cell */
 } tw_cshm_bind_t;
 
-/** Node segment set-up (tw_coll_start, engines running): the leader
- * creates and sends, the others attach and answer. Failures leave the
- * node without a segment (point to point), with a warning. */
+/* Node segment set-up, in tw_init's address exchange (no messages):
+ * prepare before it (the leader creates the segment), the leader's entry
+ * in its address blob (addr), attach after the exchange and before its
+ * closing barrier (the others), setup after that barrier (the leader
+ * unlinks the name; the world group takes slot set 0 if every local rank
+ * attached). Failures leave the node, or the rank, without a segment:
+ * point to point, with a warning. */
+tw_status_t tw_cshm_node_prepare(struct tw_coll *coll);
+/** The world rank whose entry this rank attaches by, or -1 (none). */
+int tw_cshm_node_leader(const struct tw_coll *coll);
+/** The leader's entry into @p buf (room @p room): its length, or 0. */
+size_t tw_cshm_node_addr(const struct tw_coll *coll, void *buf, size_t room);
+/** Attach by the leader's entry (@p addr NULL: it published none). */
+void tw_cshm_node_attach(struct tw_coll *coll, const void *addr, size_t len);
 tw_status_t tw_cshm_node_setup(struct tw_coll *coll);
 void tw_cshm_node_teardown(struct tw_coll *coll);
 

@@ -531,6 +531,14 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
                          .local_rank = impl->local_rank,
                          .local_size = impl->local_size};
     st = tw_stack_build(impl, &up);
+    /* The collectives before the exchange: the node's segment goes out
+     * in the leader's address blob. */
+    if (st == TW_OK) {
+        st = tw_ctx_coll_setup(impl);
+    }
+    if (st == TW_OK) {
+        st = tw_coll_node_prepare(impl->coll);
+    }
     if (st == TW_OK) {
         st = tw_stack_exchange(impl);
     }
@@ -546,7 +554,7 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
         st = tw_ctx_rma_setup(impl);
     }
     if (st == TW_OK) {
-        st = tw_ctx_coll_setup(impl);
+        st = tw_coll_node_setup(impl->coll); /* every local rank attached */
     }
     if (st == TW_OK && tw_bootstrap_lifeline_fd(impl->bs) >= 0) {
         st = tw_pe_add(impl->pes[0], tw_ctx_lifeline, impl, -1);
@@ -562,11 +570,6 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
         if (st != TW_OK) {
             goto err_shell;
         }
-    }
-    /* The node's collectives segment: messages, so with the engines up. */
-    st = tw_coll_node_setup(impl->coll);
-    if (st != TW_OK) {
-        goto err_shell;
     }
     ctx->impl = impl;
     atomic_store_explicit(&ctx->magic, TW_CTX_LIVE, memory_order_release);

@@ -26,6 +26,7 @@
  */
 #include <string.h>
 
+#include "coll/tw_coll.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "reliability/tw_rel.h"
@@ -373,6 +374,49 @@ static tw_status_t tw_stack_peers(tw_ctx_impl_t *impl, bool connect)
     return TW_OK;
 }
 
+/* The node's collectives segment, in its leader's blob (nothing when
+ * this rank leads no segment). */
+static void tw_stack_pack_coll(tw_ctx_impl_t *impl, tw_addr_writer_t *w)
+{
+    size_t room = 0;
+    void *at = tw_addr_reserve(w, TW_COLL_ADDR_NAME, 0, &room);
+    size_t len = at != NULL ? tw_coll_node_addr(impl->coll, at, room) : 0;
+
+    if (len > 0) {
+        tw_addr_commit(w, len);
+    } else if (at != NULL) {
+        tw_addr_cancel(w);
+    }
+}
+
+/* The others of the node attach to the segment their leader published
+ * (before the exchange's closing barrier). */
+static tw_status_t tw_stack_attach_coll(tw_ctx_impl_t *impl)
+{
+    unsigned char blob[TW_BOOTSTRAP_BLOB_MAX];
+    tw_addr_entry_t e[TW_ADDR_ENTRIES];
+    int leader = tw_coll_node_leader(impl->coll);
+    size_t len = sizeof(blob);
+    const char *why = "";
+    unsigned n = 0;
+
+    if (leader < 0) {
+        return TW_OK;
+    }
+    if (tw_bootstrap_get(impl->bs, leader, blob, &len) != TW_OK ||
+        tw_addr_parse(blob, len, e, TW_ADDR_ENTRIES, &n, &why) != TW_OK) {
+        return TW_ERR_BOOTSTRAP; /* the first pass over the blobs said why */
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (strcmp(e[i].name, TW_COLL_ADDR_NAME) == 0) {
+            tw_coll_node_attach(impl->coll, e[i].addr, e[i].len);
+            return TW_OK;
+        }
+    }
+    tw_coll_node_attach(impl->coll, NULL, 0);
+    return TW_OK;
+}
+
 tw_status_t tw_stack_exchange(tw_ctx_impl_t *impl)
 {
     unsigned char blob[TW_BOOTSTRAP_BLOB_MAX];
@@ -389,6 +433,7 @@ tw_status_t tw_stack_exchange(tw_ctx_impl_t *impl)
             return st;
         }
     }
+    tw_stack_pack_coll(impl, &w);
     st = tw_bootstrap_exchange(impl->bs, blob, tw_addr_end(&w));
     if (st != TW_OK) {
         return st == TW_ERR_TIMEOUT ? st : TW_ERR_BOOTSTRAP;
@@ -396,6 +441,9 @@ tw_status_t tw_stack_exchange(tw_ctx_impl_t *impl)
     st = tw_stack_peers(impl, false);
     if (st == TW_OK) {
         st = tw_stack_peers(impl, true);
+    }
+    if (st == TW_OK) {
+        st = tw_stack_attach_coll(impl);
     }
     if (st != TW_OK) {
         return st;

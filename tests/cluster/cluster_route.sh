@@ -232,13 +232,11 @@ conncount)
   ;;
 pathcut)
   alltoall=$1
-  # TW_COLL_SLOTS=0: no collectives segment set-up at tw_init to shift
-  # when the stream runs against the cut (the collectives are not used).
   # --gate: the second half of every stream waits for the cut, so that
   # every cut path carries traffic after it (and fails over) however
   # late the cut comes on a busy machine.
   job --nodes 2 --np 4 --timeout 100 --env TW_RELIABLE=1 --env TW_ROUTE=direct \
-    --env TW_REL_PATH_TIMEOUT=300ms --env TW_COLL_SLOTS=0 --sidecar "$me --cut $work 4 2" -- \
+    --env TW_REL_PATH_TIMEOUT=300ms --sidecar "$me --cut $work 4 2" -- \
     "$alltoall" -t 2 -m 2000 --max-size 16k --gate "$work/cut" --stats=json
   [ -f "$work/cut" ] || fail "the run ended before the cut"
   read -r kept dropped <"$work/counters" || fail "no counters of the cut"

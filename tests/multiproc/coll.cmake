@@ -20,19 +20,6 @@
 #   errors       bad arguments refused at once (TW_ERR_INVALID).
 add_executable(test_coll test_coll.c)
 target_link_libraries(test_coll PRIVATE threadwire tw_testlib tw_mp m)
-# TW_COLL_SLOTS comes with the shared-memory slot sets: until the library
-# knows it (an unknown TW_* variable draws a warning), that case waits.
-set(_coll_slots OFF)
-file(GLOB _coll_srcs ${PROJECT_SOURCE_DIR}/src/coll/*.c)
-foreach(_f IN LISTS _coll_srcs)
-  file(STRINGS ${_f} _hit REGEX "\"TW_COLL_SLOTS\"")
-  if(_hit)
-    set(_coll_slots ON)
-  endif()
-endforeach()
-if(NOT _coll_slots)
-  message(STATUS "coll_basic_noslots_n3 not registered: the library has no TW_COLL_SLOTS yet")
-endif()
 set(_coll_basic_tests "")
 # name; ranks; test_coll arguments; environment.
 foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--mode basic;"
@@ -50,9 +37,6 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "nonblocking_n3_manual;3;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
            "errors_n2;2;--mode errors;")
   list(GET _v 0 _name)
-  if(_name STREQUAL "basic_noslots_n3" AND NOT _coll_slots)
-    continue()
-  endif()
   if(_name MATCHES "^basic_")
     list(APPEND _coll_basic_tests ${_name})
   endif()
@@ -66,6 +50,17 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
     LABELS multiproc TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV};${_env}")
 endforeach()
 
+# The node's ranks disagree about the segment (coll_node_test.sh): a rank
+# that cannot attach, a leader without one.
+foreach(_case attach leader)
+  add_test(NAME ${TW_TEST_PREFIX}coll_node_${_case}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/coll_node_test.sh $<TARGET_FILE:twrun>
+                   $<TARGET_FILE:test_coll> ${_case})
+  set_tests_properties(${TW_TEST_PREFIX}coll_node_${_case} PROPERTIES
+    LABELS multiproc TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")
+  list(APPEND _coll_basic_tests node_${_case})
+endforeach()
+
 # ---- the log lines the cases provoke on purpose (tests/README.md) ----
 # A bitwise operator on a floating type, refused on purpose (basic: every
 # dtype x op; threads: a few of the mixed rounds).
@@ -74,6 +69,10 @@ set(_coll_float_bitwise
 foreach(_t ${_coll_basic_tests} threads_n2 threads_n3 threads_tcp_n3 threads_slots2_n3)
   tw_expect_log(coll_${_t} PATTERNS "${_coll_float_bitwise}")
 endforeach()
+# coll_node_attach: rank 2 does not attach, ranks 0 and 1 see it.
+tw_expect_log(coll_node_attach PATTERNS
+  "coll. warn: cannot attach the collectives' segment of rank 0 .protocol error.: point to point$"
+  "coll. warn: a rank of this node could not attach the collectives' segment: the world group runs point to point here$")
 # threads: the other thread's collectives on a group whose iallreduce is
 # held outstanding, refused on purpose.
 tw_expect_log(coll_threads_n2 coll_threads_n3 coll_threads_tcp_n3 coll_threads_slots2_n3 PATTERNS

@@ -41,10 +41,6 @@ check() {
 run() { out=$("$twrun" "$@" 2>&1) || fail "job failed: $*"; }
 
 export TW_RELIABLE=1
-# The faults are aimed at the stream (a frame count, a time after open):
-# no collectives segment set-up at tw_init, whose messages would take the
-# first frames and the first milliseconds (the collectives are not used).
-export TW_COLL_SLOTS=0
 case $case in
 b1)
   export TW_TRANSPORTS=$tl TW_FAULT=drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=${TWTEST_SEED:-42}
@@ -119,9 +115,7 @@ b8)
   ;;
 failback)
   # The blackhole opens 400 ms after the injector does: after tw_init in
-  # every build (tw_init sends messages of its own -- the node's
-  # collectives segment -- which a window inside it would stall instead
-  # of the stream), and before the stream ends even in Release, which
+  # every build, and before the stream ends even in Release, which
   # streams 24000 messages in about 0.35 s.
   export TW_TRANSPORTS=shm,tcp TW_FAULT_ON=shm TW_FAULT_RANKS=0 TW_REL_PATH_TIMEOUT=60ms \
     TW_REL_RTO_MAX=10ms TW_REL_PROBE=10ms TW_FAULT=blackhole=400ms,blackhole_for=100ms
