@@ -58,6 +58,7 @@ typedef struct tw_coll_cfg {
     uint64_t create_timeout_ns; /* TW_COLL_CREATE_TIMEOUT */
     unsigned slots;             /* TW_COLL_SLOTS */
     uint64_t spin_ns;           /* TW_COLL_SPIN */
+    size_t cma_min;             /* TW_COLL_CMA: 0 = never */
 } tw_coll_cfg_t;
 
 enum {

@@ -44,6 +44,14 @@
  * descriptor when it destroys the group (and the bits of members known
  * dead); the last one frees the set.
  *
+ * Large bcasts (TW_COLL_CMA bytes and up, 3 members or more) go with one
+ * copy: the root
+ * publishes its buffer's address and pid in its release line, each member
+ * reads it with process_vm_readv and answers in its arrive line, the root
+ * returns when all answered. Only where every local rank could read the
+ * leader's memory at tw_init (each sets a bit in the header before the
+ * exchange's barrier), with the leader's threshold for all.
+ *
  * Waiting spins briefly, then yields, then sleeps on a futex in the
  * segment (writers wake only when the sleeper count says someone
  * sleeps); it checks every few hundred polls, and before sleeping,
@@ -56,6 +64,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "threadwire/threadwire.h"
 
@@ -121,6 +130,11 @@ size_t tw_cshm_node_addr(const struct tw_coll *coll, void *buf, size_t room);
 void tw_cshm_node_attach(struct tw_coll *coll, const void *addr, size_t len);
 tw_status_t tw_cshm_node_setup(struct tw_coll *coll);
 void tw_cshm_node_teardown(struct tw_coll *coll);
+
+/** Read @p len bytes at @p addr of process @p pid into @p dst
+ * (process_vm_readv, partial reads resumed): TW_OK, TW_ERR_PEER_FAILED
+ * (the process is gone or exiting), TW_ERR_TRANSPORT (refused). */
+tw_status_t tw_cshm_cma_read(pid_t pid, void *dst, uint64_t addr, size_t len);
 
 /** Claim a free slot set for @p g's members on this node (the caller is
  * their first): its index, or -1. Thread: any. */

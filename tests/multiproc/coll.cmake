@@ -8,7 +8,8 @@
 #                ranks; over tcp alone; on emulated nodes (TW_NODE_ID:
 #                2 nodes of 2, 3 nodes of 1: leaders and point-to-point
 #                trees); without shared-memory slot sets (TW_COLL_SLOTS=0:
-#                the point-to-point algorithms within a node).
+#                the point-to-point algorithms within a node); large bcasts
+#                through the cells instead of one copy (TW_COLL_CMA=0).
 #   threads      threads creating their own groups at once and running
 #                mixed rounds; two threads on one group (TW_ERR_INVALID
 #                while the other's collective is outstanding); with
@@ -28,6 +29,7 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "basic_nodes2_n4;4;--mode basic;TW_NODE_ID=0,0,1,1"
            "basic_nodes3_n3;3;--mode basic;TW_NODE_ID=0,1,2"
            "basic_noslots_n3;3;--mode basic;TW_COLL_SLOTS=0"
+           "basic_nocma_n3;3;--mode basic;TW_COLL_CMA=0"
            "threads_n2;2;--mode threads -t 3;" "threads_n3;3;--mode threads -t 2;"
            "threads_tcp_n3;3;--mode threads -t 2;TW_TRANSPORTS=tcp"
            "threads_slots2_n3;3;--mode threads -t 2;TW_COLL_SLOTS=2"
