@@ -825,12 +825,14 @@ void tw_pe_stop(tw_pe_t *pe)
     pe->state = TW_PE_STOPPED;
 }
 
-void tw_pe_run_cmds(tw_pe_t *pe)
+unsigned tw_pe_run_cmd_batch(tw_pe_t *pe)
 {
+    unsigned n;
+
     tw_pe_lock_wait(pe);
-    while (tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH, true) > 0) { /* commands may queue more */
-    }
+    n = tw_pe_run_cmds_locked(pe, TW_PE_CMD_BATCH, true);
     tw_pe_unlock(pe);
+    return n;
 }
 
 void tw_pe_destroy(tw_pe_t *pe)
@@ -839,7 +841,8 @@ void tw_pe_destroy(tw_pe_t *pe)
         return;
     }
     tw_pe_stop(pe);
-    tw_pe_run_cmds(pe); /* what is still queued */
+    while (tw_pe_run_cmd_batch(pe) > 0) { /* what is still queued; commands may queue more */
+    }
 
     close(pe->epoll_fd);
     close(pe->doorbell_fd);

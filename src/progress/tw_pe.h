@@ -158,10 +158,11 @@ void tw_pe_stop(tw_pe_t *pe);
 /** Free everything (stop first). Pending commands are run before. */
 void tw_pe_destroy(tw_pe_t *pe);
 
-/** Run every queued command, and those they queue, on the calling thread
- * (waiting for the engine's lock): for a component that closes after the
- * engines stopped and must leave no command naming it behind. */
-void tw_pe_run_cmds(tw_pe_t *pe);
+/** Run one batch of queued commands on the calling thread (waiting for
+ * the engine's lock): how many ran. For a component that closes after the
+ * engines stopped and must leave no command naming it behind; it loops
+ * with a bound of its own (a command may queue another). */
+unsigned tw_pe_run_cmd_batch(tw_pe_t *pe);
 
 tw_stats_t *tw_pe_stats(tw_pe_t *pe);
 const char *tw_pe_name(const tw_pe_t *pe);

@@ -193,8 +193,7 @@ static void tw_self_iface_close(tw_tl_iface_t *iface)
 {
     /* Deliveries still queued on the engine (sent as the layers above
      * closed, the engines stopped) name this iface: they run first. */
-    if (iface->pe != NULL) {
-        tw_pe_run_cmds(iface->pe);
+    for (int i = 0; iface->pe != NULL && i < 64 && tw_pe_run_cmd_batch(iface->pe) > 0; i++) {
     }
     tw_tl_iface_cleanup(iface);
     tw_free(iface, sizeof(tw_self_iface_t));

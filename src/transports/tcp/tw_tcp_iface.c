@@ -239,9 +239,11 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
      * (what the layers above sent while they closed) name our lanes: they
      * run now, while the lanes exist; the engine goes later, with the
      * context. Our own engines (lanes 1..) run theirs as they go below. */
-    if (tcp->lanes != NULL && tcp->lanes[0].pe != NULL &&
-        atomic_load_explicit(&tcp->lanes[0].cmds, memory_order_relaxed) != 0) {
-        tw_pe_run_cmds(tcp->lanes[0].pe);
+    if (tcp->lanes != NULL && tcp->lanes[0].pe != NULL) {
+        uint64_t until = tw_time_ns() + TW_TCP_HS_TIMEOUT;
+        while (atomic_load_explicit(&tcp->lanes[0].cmds, memory_order_relaxed) != 0 &&
+               tw_time_ns() < until && tw_pe_run_cmd_batch(tcp->lanes[0].pe) > 0) {
+        }
     }
     for (int k = 1; tcp->lanes != NULL && k < tcp->nlanes; k++) {
         tw_pe_destroy(tcp->lanes[k].pe);
