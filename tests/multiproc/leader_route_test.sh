@@ -87,7 +87,12 @@ spread)
   echo "spread: over tcp alone, and one rank per node (every rank a leader): every message once"
   ;;
 rel)
-  export TW_ROUTE=leader TW_RELIABLE=1 TW_NODE_ID=0,0,1,1
+  # The keepalive doubled (as in cluster_alltoall_leader_rel_srun_2n): a
+  # leader that finished and tears down (its engines stopped, tcp's clean
+  # close up to 2 s) went 3 s without a word under faults on 2 busy cores
+  # while a peer still retransmitted to it, and was failed (about 1 run in
+  # 10 under load).
+  export TW_ROUTE=leader TW_RELIABLE=1 TW_NODE_ID=0,0,1,1 TW_REL_KEEPALIVE=2s
   export TW_FAULT=drop=0.05,corrupt=0.01,dup=0.01,reorder=0.1,seed=${TWTEST_SEED:-7}
   run -n 4 "$prog" -t 2 -m 400 --max-size 64k --stats=json
   check 'sum ifaces/rel/retransmits > 0' 'all ifaces/rel/peer_failures == 0' \
