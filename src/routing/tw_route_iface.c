@@ -379,7 +379,20 @@ static void tw_route_quiesce(tw_tl_iface_t *iface)
             break;
         }
         if (now >= next_note) {
-            tw_info("route", "finalize: this node's leader waits for its other ranks to leave");
+            /* Unusual (its ranks finalize too): say what it waits for. */
+            int waits = -1;
+            for (int x = 0; rt->is_leader && x < rt->size && waits < 0; x++) {
+                if (x != rt->rank && rt->node_of[x] == rt->node &&
+                    !atomic_load_explicit(&rt->gone[x], memory_order_acquire)) {
+                    waits = x;
+                }
+            }
+            tw_warn("route",
+                    "finalize: %llu s waiting for %u queued frame(s) to leave%s and for "
+                    "rank %d of this node (-1: none) to leave; TW_ROUTE_LINGER bounds it",
+                    (unsigned long long)((now - start) / 1000000000ull),
+                    (unsigned)atomic_load_explicit(&rt->queued, memory_order_acquire),
+                    rt->is_leader ? " (this node's leader)" : "", waits);
             next_note = now + 10000000000ull;
         }
         if (!tw_pe_has_thread(rt->pe)) {

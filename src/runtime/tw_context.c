@@ -414,17 +414,31 @@ static int tw_ctx_lifeline(void *arg)
     return 0;
 }
 
-/* Run every engine until a whole pass finds nothing to do. Called with
- * the engine threads stopped: delivers what is still in flight. */
+/* How long tw_finalize runs the engines for what is still in flight. */
+#define TW_CTX_DRAIN_NS (2ull * 1000 * 1000 * 1000)
+
+/* Run every engine until a whole pass finds nothing to do, or for
+ * TW_CTX_DRAIN_NS: something that keeps reporting work (a frame a full
+ * path keeps refusing, a peer that keeps retransmitting) must not hold
+ * tw_finalize for ever; what is left is cancelled as the stack closes.
+ * Called with the engine threads stopped: delivers what is in flight. */
 static void tw_ctx_drain(tw_ctx_impl_t *impl)
 {
+    uint64_t until = tw_time_ns() + TW_CTX_DRAIN_NS;
     int events;
+
     do {
         events = 0;
         for (unsigned i = 0; i < impl->npe; i++) {
             events += tw_pe_progress(impl->pes[i]);
         }
-    } while (events > 0);
+    } while (events > 0 && tw_time_ns() < until);
+    if (events > 0) {
+        tw_warn("runtime",
+                "finalize: the engines still had work after %llu ms; what is in flight is "
+                "cancelled",
+                (unsigned long long)(TW_CTX_DRAIN_NS / 1000000));
+    }
 }
 
 static void tw_ctx_teardown(tw_ctx_impl_t *impl)
