@@ -8,6 +8,7 @@
 
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
+#include "core/tw_time.h"
 
 extern const tw_tl_ops_t tw_self_ops;
 extern const tw_tl_ops_t tw_shm_ops;
@@ -389,6 +390,15 @@ void tw_tl_quiesce_tree(tw_tl_iface_t *root)
     }
 }
 
+#define TW_TL_LEFTOVERS_NS (2ull * 1000 * 1000 * 1000)
+
+void tw_tl_run_leftovers(tw_pe_t *pe, uint64_t until_ns)
+{
+    for (int i = 0; pe != NULL && i < 64 && tw_time_ns() < until_ns && tw_pe_run_cmd_batch(pe) > 0;
+         i++) {
+    }
+}
+
 void tw_tl_close(tw_tl_iface_t *root)
 {
     /* The wrapper owns the array of its inner ifaces: close them first,
@@ -399,6 +409,7 @@ void tw_tl_close(tw_tl_iface_t *root)
     for (unsigned i = 0; i < root->ninner; i++) {
         tw_tl_close(root->inner[i]);
     }
+    tw_tl_run_leftovers(root->pe, tw_time_ns() + TW_TL_LEFTOVERS_NS);
     root->ops->iface_close(root);
     if (tap != NULL) {
         tap->release(tap);

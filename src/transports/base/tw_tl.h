@@ -413,6 +413,14 @@ void tw_tl_wrapper_init(tw_tl_iface_t *iface, const tw_tl_ops_t *ops, const tw_t
                         uint32_t caps, tw_stats_t *stats, tw_tl_iface_t *const *inner, unsigned n);
 void tw_tl_iface_cleanup(tw_tl_iface_t *iface);
 
+/** Run what is queued on the stopped engine @p pe (NULL: nothing), in
+ * batches, until none is left, @p until_ns (tw_time_ns) passes, or 64
+ * batches ran: commands may queue more. At close, commands submitted
+ * after the engine stopped (what the layers above sent as they quiesced
+ * and closed) may name an iface: they run while it exists. Thread: the
+ * closer. */
+void tw_tl_run_leftovers(tw_pe_t *pe, uint64_t until_ns);
+
 /** Point @p iface's callbacks (recv, recv_rndv, peer_down and their args,
  * inline_am_ids, am_class) at those in @p up: the bind slot of a
  * transport. Transports read them at each use, never a copy. Thread: the

@@ -188,13 +188,10 @@ err_free:
     return st;
 }
 
-/* The engine was drained before: every fragment was delivered. */
+/* The engine was drained before, and what the layers above queued on it
+ * since ran in tw_tl_close: every fragment was delivered. */
 static void tw_self_iface_close(tw_tl_iface_t *iface)
 {
-    /* Deliveries still queued on the engine (sent as the layers above
-     * closed, the engines stopped) name this iface: they run first. */
-    for (int i = 0; iface->pe != NULL && i < 64 && tw_pe_run_cmd_batch(iface->pe) > 0; i++) {
-    }
     tw_tl_iface_cleanup(iface);
     tw_free(iface, sizeof(tw_self_iface_t));
 }

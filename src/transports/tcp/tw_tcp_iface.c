@@ -235,15 +235,14 @@ static void tw_tcp_iface_close(tw_tl_iface_t *iface)
         }
     }
     tcp->closing = true; /* late commands: TW_ERR_CANCELED */
-    /* Submissions queued on the shared engine of lane 0 after it stopped
-     * (what the layers above sent while they closed) name our lanes: they
-     * run now, while the lanes exist; the engine goes later, with the
-     * context. Our own engines (lanes 1..) run theirs as they go below. */
-    if (tcp->lanes != NULL && tcp->lanes[0].pe != NULL) {
-        uint64_t until = tw_time_ns() + TW_TCP_HS_TIMEOUT;
-        while (atomic_load_explicit(&tcp->lanes[0].cmds, memory_order_relaxed) != 0 &&
-               tw_time_ns() < until && tw_pe_run_cmd_batch(tcp->lanes[0].pe) > 0) {
-        }
+    /* What was submitted on the shared engine of lane 0 during the
+     * flush above (tw_tl_close ran what came before) names our lanes: it
+     * runs now, while they exist, refused (closing); the engine goes
+     * later, with the context. Our own engines (lanes 1..) run theirs as
+     * they go below. */
+    if (tcp->lanes != NULL &&
+        atomic_load_explicit(&tcp->lanes[0].cmds, memory_order_relaxed) != 0) {
+        tw_tl_run_leftovers(tcp->lanes[0].pe, tw_time_ns() + TW_TCP_HS_TIMEOUT);
     }
     for (int k = 1; tcp->lanes != NULL && k < tcp->nlanes; k++) {
         tw_pe_destroy(tcp->lanes[k].pe);
