@@ -25,7 +25,8 @@
  *   head       abort word, sleeper count                       (128 B)
  *   member j   arrive[2]  {seq, 56 inline bytes} x 2: j writes  (128 B)
  *              release[2] {seq, 56 inline bytes} x 2: j writes  (128 B)
- *              prog       chunks j published (op << 24 | k)     (128 B)
+ *              prog, red  chunks j published; chunks whose slice j
+ *                         j reduced (op << 24 | k)               (128 B)
  *              ack, done  chunks j consumed; last op j finished (128 B)
  *   cells      member j's ring of TW_CSHM_CELLS cells of 16-64 KiB
  *
@@ -92,7 +93,8 @@ typedef struct tw_cshm_member {
     tw_cshm_line_t arrive[2];
     tw_cshm_line_t release[2];
     _Atomic uint64_t prog;
-    unsigned char pad1[120];
+    _Atomic uint64_t red; /* chunks whose slice j reduced (split allreduce) */
+    unsigned char pad1[112];
     _Atomic uint64_t ack;
     _Atomic uint64_t done;
     unsigned char pad2[112];
