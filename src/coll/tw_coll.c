@@ -54,6 +54,18 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
              "where every rank of the node may read the others' memory (checked at tw_init); "
              "smaller ones, those between 2 ranks, and all with 0, through the shared cells",
      .offset = offsetof(tw_coll_cfg_t, cma_min)},
+    {.name = "TW_COLL_RSAG",
+     .type = TW_CFG_SIZE,
+     .defval = "512k",
+     .help = "collectives: allreduces of at least this many bytes, point to point (between "
+             "node representatives, or among all members without shared memory), go by "
+             "Rabenseifner's algorithm (reduce-scatter by recursive halving, then allgather by "
+             "recursive doubling: each member sends about 2 vectors and reduces about 1 in "
+             "all, instead of 1 of each per round, in twice the rounds); smaller ones, those "
+             "with fewer elements than the power of two at or below the member count, and all "
+             "with 0, by recursive doubling. The same bits either way; must be the same on "
+             "every rank",
+     .offset = offsetof(tw_coll_cfg_t, rsag_min)},
 };
 
 const tw_cfg_table_t tw_coll_cfg_table = {

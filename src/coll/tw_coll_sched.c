@@ -13,6 +13,23 @@
  *              to the odd one and gets the result back at the end). A
  *              round combines lower (+) higher, so both partners compute
  *              the same bits and so does everyone.
+ *              From TW_COLL_RSAG bytes (512 KiB; 0 = never), Rabenseifner
+ *              instead: the same pairing, then among the p2 remaining a
+ *              reduce-scatter by recursive halving (round k: keep half
+ *              the blocks, send the other half to the partner across bit
+ *              k, combine lower (+) higher) and an allgather by recursive
+ *              doubling (the rounds backwards, sending what one holds).
+ *              Each member sends 2 (p2-1)/p2 vectors and reduces
+ *              (p2-1)/p2, not one of each per round (log2 p2), in twice
+ *              the rounds: it wins where the bytes cost more than the
+ *              rounds (among 4 on 2 cores, point to point: from 512 KiB;
+ *              among 2 or 3, where p2 = 2 and the bytes sent are the
+ *              same, only from about 2 MiB). The
+ *              blocks split the vector on elements, p2 of them (the
+ *              first count % p2 one element longer); fewer elements than
+ *              p2: recursive doubling. Each element meets the same
+ *              combinations in the same order either way, so the choice
+ *              changes no bit.
  *
  * Across nodes (a group on several nodes, not one member per node): a
  * node's members first combine towards one representative -- the node's
@@ -24,7 +41,10 @@
  *
  * Steps: every round takes a fresh step number, counted the same way on
  * every member (the number of rounds depends only on sizes and layout),
- * so a message can only ever meet the receive of its own round.
+ * so a message can only ever meet the receive of its own round. The
+ * allreduce's algorithm, and so its count of steps, depends only on the
+ * count, the dtype, the member count and TW_COLL_RSAG: the same on every
+ * member.
  */
 #include <string.h>
 
@@ -88,13 +108,18 @@ static void tw_sched_recv_wait(tw_sched_t *s, int peer, unsigned step, void *buf
     tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = i});
 }
 
+/* dst = a (+) b over @p n elements. */
+static void tw_sched_reduce_n(tw_sched_t *s, void *dst, const void *a, const void *b, size_t n)
+{
+    if (n > 0) {
+        tw_sched_add(s,
+                     (tw_coll_act_t){.kind = TW_ACT_REDUCE, .dst = dst, .a = a, .b = b, .len = n});
+    }
+}
+
 static void tw_sched_reduce(tw_sched_t *s, void *dst, const void *a, const void *b)
 {
-    if (s->op->count > 0) {
-        tw_sched_add(s,
-                     (tw_coll_act_t){
-                         .kind = TW_ACT_REDUCE, .dst = dst, .a = a, .b = b, .len = s->op->count});
-    }
+    tw_sched_reduce_n(s, dst, a, b, s->op->count);
 }
 
 /* Rounds of recursive doubling over @p np (the power of two below it). */
@@ -117,16 +142,33 @@ static unsigned tw_sched_clog2(int np)
     return r;
 }
 
-/* ---- the algorithms, over parts[0 .. np-1] (group ranks), me at pos ----
- * Each uses the steps base .. base + tw_sched_steps(kind, np) - 1. */
-
-static unsigned tw_sched_steps(tw_coll_kind_t kind, int np)
+/* Does @p op's allreduce over @p np members go by Rabenseifner? Every
+ * member answers the same: count, dtype and np are the same everywhere
+ * (and the threshold, which must be). Every member of the p2 must own
+ * one element at least, else recursive doubling. */
+static bool tw_sched_rsag(const tw_coll_op_t *op, int np)
 {
-    switch (kind) {
+    size_t min = op->g->coll->cfg.rsag_min;
+    size_t bytes = op->count * tw_coll_dtype_size(op->dt);
+
+    return min > 0 && bytes >= min && np > 1 && op->count >= ((size_t)1 << tw_sched_log2(np));
+}
+
+/* ---- the algorithms, over parts[0 .. np-1] (group ranks), me at pos ----
+ * Each uses the steps base .. base + tw_sched_steps(op, np) - 1. */
+
+/* Rabenseifner's rounds: np < 2^31, so at most 2 * 30 + 2 steps, which
+ * leaves room for a step before and after the top phase. */
+_Static_assert(2 * 30 + 2 + 2 <= TW_COLL_STEP_MAX, "a step is 8 bits: see tw_coll_int.h");
+
+static unsigned tw_sched_steps(const tw_coll_op_t *op, int np)
+{
+    switch (op->kind) {
     case TW_COLL_BARRIER:
         return tw_sched_clog2(np);
     case TW_COLL_ALLREDUCE:
-        return tw_sched_log2(np) + 2;
+        /* pairing, rounds (halving + doubling for Rabenseifner), pairing */
+        return (tw_sched_rsag(op, np) ? 2 : 1) * tw_sched_log2(np) + 2;
     case TW_COLL_BCAST:
     case TW_COLL_REDUCE:
         break;
@@ -180,6 +222,33 @@ static void tw_sched_reduce_tree(tw_sched_t *s, const int *parts, int np, int po
     }
 }
 
+/* The pairing before recursive doubling or Rabenseifner over np members
+ * (rem = np - p2): among the first 2 rem, the even one hands its operand
+ * (step @p first) to the odd one, which combines it (even (+) odd), and
+ * gets the result back at step @p last. Returns my position among the p2
+ * that go on, or -1 (handed over: the schedule is complete). */
+static int tw_sched_pair_in(tw_sched_t *s, const int *parts, int rem, int pos, void *acc, void *tmp,
+                            size_t bytes, unsigned first, unsigned last)
+{
+    if (pos >= 2 * rem) {
+        return pos - rem;
+    }
+    if (pos % 2 == 0) {
+        tw_sched_send(s, parts[pos + 1], first, acc, bytes);
+        tw_sched_recv_wait(s, parts[pos + 1], last, acc, bytes);
+        return -1;
+    }
+    tw_sched_recv_wait(s, parts[pos - 1], first, tmp, bytes);
+    tw_sched_reduce(s, acc, tmp, acc);
+    return pos / 2;
+}
+
+/* The group rank at position @p pn among the p2 that go on. */
+static int tw_sched_p2_rank(const int *parts, int rem, int pn)
+{
+    return parts[pn < rem ? 2 * pn + 1 : pn + rem];
+}
+
 static void tw_sched_allreduce_rd(tw_sched_t *s, const int *parts, int np, int pos, void *acc,
                                   void *tmp, size_t bytes, unsigned base)
 {
@@ -187,21 +256,13 @@ static void tw_sched_allreduce_rd(tw_sched_t *s, const int *parts, int np, int p
     int p2 = 1 << rounds, rem = np - p2, npos;
     unsigned first = base, last = base + rounds + 1;
 
-    if (pos < 2 * rem) {
-        if (pos % 2 == 0) { /* hands its operand over, gets the result back */
-            tw_sched_send(s, parts[pos + 1], first, acc, bytes);
-            tw_sched_recv_wait(s, parts[pos + 1], last, acc, bytes);
-            return;
-        }
-        tw_sched_recv_wait(s, parts[pos - 1], first, tmp, bytes);
-        tw_sched_reduce(s, acc, tmp, acc);
-        npos = pos / 2;
-    } else {
-        npos = pos - rem;
+    npos = tw_sched_pair_in(s, parts, rem, pos, acc, tmp, bytes, first, last);
+    if (npos < 0) {
+        return;
     }
     for (unsigned k = 0; k < rounds; k++) {
         int pn = npos ^ (1 << k);
-        int peer = parts[pn < rem ? 2 * pn + 1 : pn + rem];
+        int peer = tw_sched_p2_rank(parts, rem, pn);
         tw_sched_send(s, peer, base + 1 + k, acc, bytes);
         tw_sched_recv_wait(s, peer, base + 1 + k, tmp, bytes);
         if (pn < npos) {
@@ -212,6 +273,89 @@ static void tw_sched_allreduce_rd(tw_sched_t *s, const int *parts, int np, int p
     }
     if (pos < 2 * rem) {
         tw_sched_send(s, parts[pos - 1], last, acc, bytes);
+    }
+}
+
+/* Block @p b's first element, of p2 blocks of @p count: the first
+ * count % p2 blocks have one element more. */
+static size_t tw_sched_block(size_t count, int p2, int b)
+{
+    size_t q = count / (size_t)p2, r = count % (size_t)p2;
+
+    return (size_t)b * q + TW_MIN((size_t)b, r);
+}
+
+/*
+ * Rabenseifner: the pairing of tw_sched_allreduce_rd, then among the p2
+ * a reduce-scatter by recursive halving and an allgather by recursive
+ * doubling over p2 blocks of the vector. Halving round k pairs across
+ * bit k of the position (as doubling's round k does): each partner
+ * keeps one half of the blocks both hold -- the lower half the one
+ * whose bit k is 0 -- sends the other, and combines what it keeps lower
+ * (+) higher. So an element's value comes from the same combinations in
+ * the same order as under recursive doubling (the same bits), computed
+ * once by its owner; after round k a member holds p2 / 2^(k+1) blocks,
+ * after the last one block (the bit-reversed position). The allgather
+ * runs the rounds backwards, each partner sending what it holds, which
+ * is the sibling of what the other holds.
+ */
+static void tw_sched_allreduce_rsag(tw_sched_t *s, const int *parts, int np, int pos,
+                                    unsigned char *acc, unsigned char *tmp, unsigned base)
+{
+    unsigned rounds = tw_sched_log2(np);
+    int p2 = 1 << rounds, rem = np - p2, npos, lo = 0, hi = p2; /* my blocks: [lo, hi) */
+    unsigned first = base, step = base + 1, last = base + 2 * rounds + 1;
+    size_t count = s->op->count, es = s->esize, bytes = count * es;
+
+    npos = tw_sched_pair_in(s, parts, rem, pos, acc, tmp, bytes, first, last);
+    if (npos < 0) {
+        return;
+    }
+    for (unsigned k = 0; k < rounds; k++, step++) {
+        int pn = npos ^ (1 << k), mid = (lo + hi) / 2;
+        int peer = tw_sched_p2_rank(parts, rem, pn);
+        bool upper = (npos >> k) & 1;
+        int klo = upper ? mid : lo, khi = upper ? hi : mid; /* kept */
+        size_t so = tw_sched_block(count, p2, upper ? lo : mid);
+        size_t sn = tw_sched_block(count, p2, upper ? mid : hi) - so;
+        size_t ko = tw_sched_block(count, p2, klo);
+        size_t kn = tw_sched_block(count, p2, khi) - ko;
+        tw_sched_send(s, peer, step, acc + so * es, sn * es);
+        tw_sched_recv_wait(s, peer, step, tmp + ko * es, kn * es);
+        if (pn < npos) {
+            tw_sched_reduce_n(s, acc + ko * es, tmp + ko * es, acc + ko * es, kn);
+        } else {
+            tw_sched_reduce_n(s, acc + ko * es, acc + ko * es, tmp + ko * es, kn);
+        }
+        lo = klo;
+        hi = khi;
+    }
+    for (unsigned k = rounds; k-- > 0; step++) {
+        int pn = npos ^ (1 << k), w = hi - lo;
+        int peer = tw_sched_p2_rank(parts, rem, pn);
+        int plo = (npos >> k) & 1 ? lo - w : hi; /* the partner's blocks: [plo, plo + w) */
+        size_t mo = tw_sched_block(count, p2, lo), mn = tw_sched_block(count, p2, hi) - mo;
+        size_t po = tw_sched_block(count, p2, plo), pl = tw_sched_block(count, p2, plo + w) - po;
+        tw_sched_send(s, peer, step, acc + mo * es, mn * es);
+        tw_sched_recv_wait(s, peer, step, acc + po * es, pl * es);
+        lo = TW_MIN(lo, plo);
+        hi = lo + 2 * w;
+    }
+    if (pos < 2 * rem) {
+        tw_sched_send(s, parts[pos - 1], last, acc, bytes);
+    }
+}
+
+/* Allreduce over parts[] into @p acc (@p tmp: scratch of as many bytes):
+ * Rabenseifner for large vectors (TW_COLL_RSAG), else recursive
+ * doubling. Steps: tw_sched_steps(op, np) from @p base. */
+static void tw_sched_allreduce(tw_sched_t *s, const int *parts, int np, int pos, void *acc,
+                               void *tmp, unsigned base)
+{
+    if (tw_sched_rsag(s->op, np)) {
+        tw_sched_allreduce_rsag(s, parts, np, pos, acc, tmp, base);
+    } else {
+        tw_sched_allreduce_rd(s, parts, np, pos, acc, tmp, s->op->count * s->esize, base);
     }
 }
 
@@ -315,7 +459,7 @@ static tw_status_t tw_sched_plan(const tw_coll_op_t *op, tw_sched_plan_t *p)
         }
     }
     p->base = p->flat ? 0 : 1; /* step 0: the first local phase */
-    p->tail = p->base + tw_sched_steps(op->kind, p->ntop);
+    p->tail = p->base + tw_sched_steps(op, p->ntop);
     return TW_OK;
 }
 
@@ -367,7 +511,7 @@ static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
         }
         tw_sched_shm(s, TW_CSHM_REDUCE, lroot, op->sendbuf, acc, op->count);
         if (in_top && all) {
-            tw_sched_allreduce_rd(s, p->top, p->ntop, p->toppos, acc, tmp, bytes, p->base);
+            tw_sched_allreduce(s, p->top, p->ntop, p->toppos, acc, tmp, p->base);
         } else if (in_top) {
             tw_sched_reduce_tree(s, p->top, p->ntop, p->toppos, g->node_idx[op->root], acc, tmp,
                                  bytes, p->base);
@@ -383,7 +527,7 @@ static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
 tw_status_t tw_coll_schedule(tw_coll_op_t *op)
 {
     tw_group_t *g = op->g;
-    tw_sched_t s = {.op = op, .st = TW_OK};
+    tw_sched_t s = {.op = op, .st = TW_OK, .esize = tw_coll_dtype_size(op->dt)};
     tw_sched_plan_t p;
     bool in_top;
 
@@ -450,7 +594,7 @@ tw_status_t tw_coll_schedule(tw_coll_op_t *op)
             tw_sched_reduce_tree(&s, g->local, g->nlocal, g->my_local, p.lroot, acc, tmp, bytes, 0);
         }
         if (in_top && all) {
-            tw_sched_allreduce_rd(&s, p.top, p.ntop, p.toppos, acc, tmp, bytes, p.base);
+            tw_sched_allreduce(&s, p.top, p.ntop, p.toppos, acc, tmp, p.base);
         } else if (in_top) {
             tw_sched_reduce_tree(&s, p.top, p.ntop, p.toppos,
                                  p.flat ? op->root : g->node_idx[op->root], acc, tmp, bytes,

@@ -9,7 +9,13 @@
 #                2 nodes of 2, 3 nodes of 1: leaders and point-to-point
 #                trees); without shared-memory slot sets (TW_COLL_SLOTS=0:
 #                the point-to-point algorithms within a node); large bcasts
-#                through the cells instead of one copy (TW_COLL_CMA=0).
+#                through the cells instead of one copy (TW_COLL_CMA=0);
+#                allreduce by Rabenseifner (TW_COLL_RSAG=1 or 64: from 1 or
+#                64 bytes, so the small counts take it too, with uneven
+#                blocks, and counts below the power of two fall back) point
+#                to point among 3, 4, 5 ranks (TW_COLL_SLOTS=0, tcp alone),
+#                and among the representatives of 3 emulated nodes (shm
+#                within the nodes, or point-to-point trees).
 #   threads      threads creating their own groups at once and running
 #                mixed rounds; two threads on one group (TW_ERR_INVALID
 #                while the other's collective is outstanding); with
@@ -17,7 +23,8 @@
 #                groups run point to point within the node beside one in shm.
 #   nonblocking  nonblocking collectives on two groups at once, overlapped
 #                with computation and a ring of tw_send / tw_recv on the
-#                same CQ; progress threads and manual mode.
+#                same CQ; progress threads and manual mode; random counts
+#                by Rabenseifner (TW_COLL_RSAG=1) on engine 0.
 #   errors       bad arguments refused at once (TW_ERR_INVALID).
 add_executable(test_coll test_coll.c)
 target_link_libraries(test_coll PRIVATE threadwire tw_testlib tw_mp m)
@@ -30,6 +37,11 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "basic_nodes3_n3;3;--mode basic;TW_NODE_ID=0,1,2"
            "basic_noslots_n3;3;--mode basic;TW_COLL_SLOTS=0"
            "basic_nocma_n3;3;--mode basic;TW_COLL_CMA=0"
+           "basic_rsag_n3;3;--mode basic;TW_COLL_SLOTS=0;TW_COLL_RSAG=1"
+           "basic_rsag_n4;4;--mode basic;TW_COLL_SLOTS=0;TW_COLL_RSAG=64"
+           "basic_rsag_tcp_n5;5;--mode basic;TW_TRANSPORTS=self,tcp;TW_COLL_RSAG=1"
+           "basic_rsag_nodes3_n6;6;--mode basic;TW_NODE_ID=0,0,1,1,2,2;TW_COLL_RSAG=64"
+           "basic_rsag_nodes3_noslots_n5;5;--mode basic;TW_NODE_ID=0,0,1,1,2;TW_COLL_SLOTS=0;TW_COLL_RSAG=1"
            "threads_n2;2;--mode threads -t 3;" "threads_n3;3;--mode threads -t 2;"
            "threads_tcp_n3;3;--mode threads -t 2;TW_TRANSPORTS=tcp"
            "threads_slots2_n3;3;--mode threads -t 2;TW_COLL_SLOTS=2"
@@ -37,6 +49,7 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "nonblocking_n3;3;--mode nonblocking -t 2 -m 400;"
            "nonblocking_n2_manual;2;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
            "nonblocking_n3_manual;3;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
+           "nonblocking_rsag_n5;5;--mode nonblocking -t 2 -m 400;TW_COLL_SLOTS=0;TW_COLL_RSAG=1"
            "errors_n2;2;--mode errors;")
   list(GET _v 0 _name)
   if(_name MATCHES "^basic_")
