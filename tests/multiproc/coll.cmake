@@ -25,6 +25,9 @@
 #                with computation and a ring of tw_send / tw_recv on the
 #                same CQ; progress threads and manual mode; random counts
 #                by Rabenseifner (TW_COLL_RSAG=1) on engine 0.
+#   leave        large allreduces and bcasts, then tw_finalize with no
+#                barrier: the last rendezvous sends, complete on their
+#                senders, are still read (point to point, over tcp, shm).
 #   errors       bad arguments refused at once (TW_ERR_INVALID).
 add_executable(test_coll test_coll.c)
 target_link_libraries(test_coll PRIVATE threadwire tw_testlib tw_mp m)
@@ -50,6 +53,9 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "nonblocking_n2_manual;2;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
            "nonblocking_n3_manual;3;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
            "nonblocking_rsag_n5;5;--mode nonblocking -t 2 -m 400;TW_COLL_SLOTS=0;TW_COLL_RSAG=1"
+           "leave_noslots_n5;5;--mode leave;TW_COLL_SLOTS=0"
+           "leave_tcp_n4;4;--mode leave;TW_TRANSPORTS=self,tcp"
+           "leave_n3;3;--mode leave;"
            "errors_n2;2;--mode errors;")
   list(GET _v 0 _name)
   if(_name MATCHES "^basic_")

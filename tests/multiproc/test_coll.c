@@ -4,7 +4,7 @@
  * The collectives (groups, barrier, bcast, reduce, allreduce, blocking and
  * nonblocking) checked exactly, across ranks and threads.
  *
- *   twrun -n N test_coll --mode basic|threads|nonblocking|errors [-t T] [-m ROUNDS]
+ *   twrun -n N test_coll --mode basic|threads|nonblocking|leave|errors [-t T] [-m ROUNDS]
  *                        [--seed S] [--max-stall S] [--stats[=json]]
  *
  * Every input is a function of (seed, group, round, world rank): each rank
@@ -44,6 +44,11 @@
  *                checked (op, user, peer, length, status); point-to-point
  *                bytes and checksums summed over the job at the end. Works
  *                in manual mode (TW_PROGRESS_THREADS=0): waiters progress.
+ *   leave        allreduces of 1 MiB and bcasts of 256 KiB on the world
+ *                group, checked, then tw_finalize at once -- no barrier:
+ *                the last ones' sends complete locally before their
+ *                receivers read them (rendezvous), and finalize must
+ *                still deliver them (no rank fails, nothing logged).
  *   errors       bad arguments (a NULL group, roots out of range, bad
  *                dtype and op values, NULL buffers with data, NULL CQs, bad
  *                rank lists, destroying the world group or a busy group)
@@ -1348,6 +1353,46 @@ static void mode_nonblocking(void)
         bad_calls++;                                                                            \
     } while (0)
 
+static void mode_leave(void)
+{
+    size_t n = (1u << 20) / sizeof(double), nb = 256u << 10;
+    double *in = malloc(n * sizeof(double)), *out = malloc(n * sizeof(double));
+    unsigned char *b = malloc(nb);
+    tw_group_t *w = tw_group_world(g_ctx);
+
+    TW_MP_CHECK(in != NULL && out != NULL && b != NULL, "malloc");
+    for (uint64_t round = 0; round < 4; round++) {
+        for (size_t i = 0; i < n; i++) {
+            in[i] = (double)((i + round * 7 + (size_t)g_rank) % 1000);
+        }
+        tw_status_t st = tw_allreduce(w, in, out, n, TW_DOUBLE, TW_SUM);
+        TW_MP_CHECK(st == TW_OK, "leave: allreduce round %llu: %s", (unsigned long long)round,
+                    tw_strerror(st));
+        for (size_t i = 0; i < n; i++) {
+            double want = 0;
+            for (int r = 0; r < g_size; r++) {
+                want += (double)((i + round * 7 + (size_t)r) % 1000);
+            }
+            TW_MP_CHECK(out[i] == want, "leave: allreduce round %llu element %zu: %g, not %g",
+                        (unsigned long long)round, i, out[i], want);
+        }
+        int root = (int)(round % (uint64_t)g_size);
+        for (size_t i = 0; i < nb; i++) {
+            b[i] = g_rank == root ? (unsigned char)(i * 31 + round) : 0;
+        }
+        st = tw_bcast(w, b, nb, root);
+        TW_MP_CHECK(st == TW_OK, "leave: bcast round %llu: %s", (unsigned long long)round,
+                    tw_strerror(st));
+        for (size_t i = 0; i < nb; i++) {
+            TW_MP_CHECK(b[i] == (unsigned char)(i * 31 + round), "leave: bcast byte %zu", i);
+        }
+        tw_mp_tick();
+    }
+    free(in);
+    free(out);
+    free(b);
+}
+
 static void mode_errors(void)
 {
     tgroup_t world, self, busy;
@@ -1527,12 +1572,13 @@ int main(int argc, char **argv)
             i--;
         }
     }
-    tw_mp_parse(argc, argv, "test_coll --mode basic|threads|nonblocking|errors",
+    tw_mp_parse(argc, argv, "test_coll --mode basic|threads|nonblocking|leave|errors",
                 TW_MP_THREADS | TW_MP_MESSAGES | TW_MP_SEED | TW_MP_STALL | TW_MP_STATS, NULL, 0,
                 &o);
     TWT_CHECKF(mode != NULL && (strcmp(mode, "basic") == 0 || strcmp(mode, "threads") == 0 ||
-                                strcmp(mode, "nonblocking") == 0 || strcmp(mode, "errors") == 0),
-               "--mode basic|threads|nonblocking|errors (got %s)", mode ? mode : "none");
+                                strcmp(mode, "nonblocking") == 0 || strcmp(mode, "leave") == 0 ||
+                                strcmp(mode, "errors") == 0),
+               "--mode basic|threads|nonblocking|leave|errors (got %s)", mode ? mode : "none");
     g_seed = o.seed;
     g_threads = o.threads;
     g_rounds = twt_scaled(o.messages, 4);
@@ -1552,13 +1598,17 @@ int main(int argc, char **argv)
         mode_threads();
     } else if (strcmp(mode, "nonblocking") == 0) {
         mode_nonblocking();
+    } else if (strcmp(mode, "leave") == 0) {
+        mode_leave();
     } else {
         mode_errors();
     }
     double dt = twt_now() - t0;
-    tw_mp_phase("end barrier");
-    tw_mp_barrier(g_ctx, TAG_END);
-    tw_mp_stats(g_ctx);
+    if (strcmp(mode, "leave") != 0) {
+        tw_mp_phase("end barrier");
+        tw_mp_barrier(g_ctx, TAG_END);
+        tw_mp_stats(g_ctx);
+    }
     tw_mp_phase("tw_finalize");
     tw_status_t st = tw_finalize(g_ctx);
     tw_mp_watchdog_stop();

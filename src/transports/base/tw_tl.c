@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/tw_atomic.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
@@ -150,6 +151,29 @@ void tw_tl_noaddr_ready(tw_tl_iface_t *iface)
 void tw_tl_noop_quiesce(tw_tl_iface_t *iface)
 {
     (void)iface;
+}
+
+#define TW_TL_QUIESCE_NS (2ull * 1000 * 1000 * 1000)
+
+void tw_tl_quiesce_wait(tw_tl_iface_t *iface, unsigned (*pending)(tw_tl_iface_t *iface),
+                        const char *what)
+{
+    uint64_t until = tw_time_ns() + TW_TL_QUIESCE_NS;
+    tw_backoff_t b = TW_BACKOFF_INIT;
+    unsigned n;
+
+    while ((n = pending(iface)) > 0) {
+        if (tw_time_ns() >= until) {
+            tw_warn(iface->ops->name,
+                    "finalize: %u %s not read by their receivers in %llu ms: canceled", n, what,
+                    (unsigned long long)(TW_TL_QUIESCE_NS / 1000000));
+            return;
+        }
+        if (iface->pe != NULL && !tw_pe_has_thread(iface->pe)) {
+            (void)tw_pe_progress(iface->pe);
+        }
+        tw_backoff_wait(&b);
+    }
 }
 
 #define TW_TL_CAP_DEFINED                                                                         \

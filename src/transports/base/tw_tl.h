@@ -400,6 +400,13 @@ tw_status_t tw_tl_noaddr_pack(tw_tl_iface_t *iface, void *buf, size_t cap, size_
 tw_status_t tw_tl_noaddr_connect(tw_tl_iface_t *iface, int peer, const void *addr, size_t len);
 void tw_tl_noaddr_ready(tw_tl_iface_t *iface);
 void tw_tl_noop_quiesce(tw_tl_iface_t *iface);
+/** A quiesce that waits until @p pending(@p iface) says 0 -- rendezvous
+ * sends of ours their receivers have not read yet (tw_finalize delivers
+ * what was handed over) -- for up to 2 s, driving @p iface's engine when
+ * it has no thread; then warns, naming @p what, and returns (close
+ * cancels the rest). A receiver that never matches must not hold us. */
+void tw_tl_quiesce_wait(tw_tl_iface_t *iface, unsigned (*pending)(tw_tl_iface_t *iface),
+                        const char *what);
 
 /** Fill the base part of an iface (a transport's iface_open): caps are the
  * table's operations. TW_OK, TW_ERR_NOMEM (counters; logged). */

@@ -97,6 +97,25 @@ static tw_status_t tw_shm_iface_addr_connect(tw_tl_iface_t *iface, int peer, con
                                              size_t len);
 static void tw_shm_ready(tw_tl_iface_t *iface);
 
+/* Rendezvous sends waiting for their receivers' reads (send_lock). */
+static unsigned tw_shm_pending(tw_tl_iface_t *iface)
+{
+    tw_shm_iface_t *shm = (tw_shm_iface_t *)iface;
+    unsigned n;
+
+    tw_mutex_lock(&shm->send_lock);
+    n = shm->sends != NULL ? shm->nsends : 0;
+    tw_mutex_unlock(&shm->send_lock);
+    return n;
+}
+
+/* A collective's staged send completes locally before it is read: it
+ * still is, before we leave. */
+static void tw_shm_quiesce(tw_tl_iface_t *iface)
+{
+    tw_tl_quiesce_wait(iface, tw_shm_pending, "rendezvous send(s)");
+}
+
 static bool tw_shm_reachable(tw_tl_iface_t *iface, int peer)
 {
     return tw_shm_peer((tw_shm_iface_t *)iface, peer) != NULL;
@@ -115,7 +134,7 @@ const tw_tl_ops_t tw_shm_ops = {
     .addr_pack = tw_shm_iface_addr_pack,
     .addr_connect = tw_shm_iface_addr_connect,
     .ready = tw_shm_ready,
-    .quiesce = tw_tl_noop_quiesce,
+    .quiesce = tw_shm_quiesce,
     .reachable = tw_shm_reachable,
     .am_short = tw_shm_am_short,
     .am_zcopy = tw_shm_am_zcopy,

@@ -122,6 +122,7 @@ typedef struct tw_shm_iface {
     tw_mutex_t send_lock;
     tw_shm_send_t *sends; /* [TW_SHM_SENDS], guarded by send_lock */
     uint32_t send_free;   /* guarded by send_lock; UINT32_MAX = none */
+    uint32_t nsends;      /* guarded by send_lock: slots in use */
 
     /* Engine lock holder (npeers_up: also addr_connect, before the engines). */
     tw_tl_rndv_t handles; /* list head of live handles */

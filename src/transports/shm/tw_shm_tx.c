@@ -169,6 +169,7 @@ void tw_shm_send_release(tw_shm_iface_t *shm, tw_shm_send_t *s)
 {
     s->comp = NULL;
     s->gen++;
+    shm->nsends--;
     s->next_free = shm->send_free;
     shm->send_free = (uint32_t)(s - shm->sends);
 }
@@ -214,6 +215,7 @@ tw_status_t tw_shm_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const
     }
     s = &shm->sends[shm->send_free];
     shm->send_free = s->next_free;
+    shm->nsends++;
     s->comp = comp;
     s->addr = data;
     s->len = len;

@@ -109,6 +109,18 @@ static void tw_tcp_ready(tw_tl_iface_t *iface)
 static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t **iface_p);
 static void tw_tcp_iface_close(tw_tl_iface_t *iface);
 
+static unsigned tw_tcp_pending(tw_tl_iface_t *iface)
+{
+    return atomic_load_explicit(&((tw_tcp_iface_t *)iface)->rsends, memory_order_acquire);
+}
+
+/* Our rendezvous sends are read before the FIN of close tells the peers
+ * we left (a collective's staged send completes locally first). */
+static void tw_tcp_quiesce(tw_tl_iface_t *iface)
+{
+    tw_tl_quiesce_wait(iface, tw_tcp_pending, "rendezvous send(s)");
+}
+
 const tw_tl_ops_t tw_tcp_ops = {
     .name = "tcp",
     .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV | TW_TL_CAP_POLL,
@@ -122,7 +134,7 @@ const tw_tl_ops_t tw_tcp_ops = {
     .addr_pack = tw_tcp_addr_pack,
     .addr_connect = tw_tcp_addr_connect,
     .ready = tw_tcp_ready,
-    .quiesce = tw_tl_noop_quiesce,
+    .quiesce = tw_tcp_quiesce,
     .reachable = tw_tcp_reachable,
     .am_short = tw_tcp_am_short,
     .am_zcopy = tw_tcp_am_zcopy,

@@ -86,8 +86,9 @@ struct tw_tcp_rsend {
     const void *data;
     size_t len;
     tw_tl_comp_t *comp;
-    bool asked;     /* a CTS came: its DATA is queued or written */
-    bool data_sent; /* the whole DATA frame is written */
+    _Atomic(unsigned) *live; /* the iface's count of them (tw_tcp_iface_t.rsends) */
+    bool asked;              /* a CTS came: its DATA is queued or written */
+    bool data_sent;          /* the whole DATA frame is written */
 };
 
 typedef struct tw_tcp_iface tw_tcp_iface_t;
@@ -225,6 +226,7 @@ struct tw_tcp_iface {
     tw_tcp_ep_t *eps;                      /* [size]; eps[p] is owned by lane p % nlanes */
     _Atomic(uint8_t) *down;                /* [size]: failed or left; written by the peer's lane
                                             * (release), read by any thread (acquire) */
+    _Atomic(unsigned) rsends;              /* rendezvous sends not complete; any thread */
 };
 
 static inline tw_tcp_lane_t *tw_tcp_lane_of(tw_tcp_iface_t *tcp, int peer)

@@ -235,6 +235,7 @@ static void tw_tcp_rsend_finish(tw_tcp_rsend_t *rs, tw_status_t st)
 {
     tw_tl_comp_t *comp = rs->comp;
 
+    atomic_fetch_sub_explicit(rs->live, 1, memory_order_release);
     tw_free(rs, sizeof(*rs));
     comp->cb(comp, st);
 }
@@ -610,9 +611,11 @@ tw_status_t tw_tcp_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const
         tw_error("tcp", "out of memory announcing a %zu-byte message to rank %d", len, peer);
         return TW_ERR_NOMEM;
     }
-    *rs = (tw_tcp_rsend_t){.data = data, .len = len, .comp = comp};
+    *rs = (tw_tcp_rsend_t){.data = data, .len = len, .comp = comp, .live = &tcp->rsends};
+    atomic_fetch_add_explicit(&tcp->rsends, 1, memory_order_relaxed);
     st = tw_tcp_post(tcp, peer, am_id, hdr, hdr_len, data, len, false, NULL, rs);
     if (st != TW_OK) {
+        atomic_fetch_sub_explicit(&tcp->rsends, 1, memory_order_relaxed);
         tw_free(rs, sizeof(*rs)); /* never queued: nobody else saw it */
     }
     return st;
