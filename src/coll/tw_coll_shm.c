@@ -122,13 +122,17 @@ static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *
     tw_cshm_node_t *node = g->coll->node;
     uint64_t start = 0;
     tw_status_t st = TW_OK;
+    /* Polls between looks at the clock: 256 while spinning (the first
+     * look after 32, ~1 us); none when we yield at once (256 pauses are
+     * ~10 us, several handoffs). */
+    unsigned mask = spin_ns == 0 ? 0 : 255;
 
     for (unsigned polls = 1;; polls++) {
         if (atomic_load_explicit(w, memory_order_relaxed) >= target) {
             atomic_thread_fence(memory_order_acquire);
             break;
         }
-        if ((polls & 255) != 0) {
+        if ((polls & mask) != 0 && polls != 32) {
             tw_cpu_relax();
             continue;
         }
@@ -143,13 +147,21 @@ static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *
         if (start == 0) {
             /* A wait that lasts: count it. More of our threads waiting
              * than CPUs to run them, and the one that would end a wait
-             * may be one of them -- yield at once. (Counted only now: a
-             * locked add right after publishing would stall until the
-             * readers gave our line back.) */
+             * may be one of them -- yield at once, except the group's
+             * first member on the node: it keeps spinning, so while its
+             * partners yield their cores round, the pairs of one group
+             * line up and run a stretch of operations together instead
+             * of every side yielding in step (two threads per process on
+             * 2 cores, a group each: barriers 0.82x of one thread's rate
+             * against 0.65x). (Counted only now: a locked add right
+             * after publishing would stall until the readers gave our
+             * line back.) */
             start = now;
             if (atomic_fetch_add_explicit(&node->waiters, 1, memory_order_relaxed) + 1 >
-                node->cpus) {
+                    node->cpus &&
+                g->my_local != 0) {
                 spin_ns = 0;
+                mask = 0;
             }
         }
         if (now - start < spin_ns) {
