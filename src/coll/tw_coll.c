@@ -49,10 +49,10 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
     {.name = "TW_COLL_CMA",
      .type = TW_CFG_SIZE,
      .defval = "64k",
-     .help = "collectives: bcasts of at least this many bytes among 3 or more ranks of a "
-             "node go with one copy, each member reading the root's buffer (process_vm_readv), "
-             "where every rank of the node may read the others' memory (checked at tw_init); "
-             "smaller ones, those between 2 ranks, and all with 0, through the shared cells",
+     .help = "collectives: bcasts of at least this many bytes among the ranks of a node go "
+             "with one copy, each member reading the root's buffer (process_vm_readv), where "
+             "every rank of the node may read the others' memory (checked at tw_init); smaller "
+             "ones, and all with 0, through the shared cells",
      .offset = offsetof(tw_coll_cfg_t, cma_min)},
     {.name = "TW_COLL_RSAG",
      .type = TW_CFG_SIZE,

@@ -504,10 +504,11 @@ tw_status_t tw_cshm_step(tw_coll_op_t *op, tw_coll_act_t *a)
     if (a->sub == TW_CSHM_BARRIER || a->sub == TW_CSHM_FANIN || a->sub == TW_CSHM_FANOUT ||
         a->len * esize <= TW_CSHM_INLINE) {
         st = tw_cshm_inline(op, a);
-    } else if (a->sub == TW_CSHM_BCAST && cma_min > 0 && a->len >= cma_min && op->g->nlocal > 2) {
-        /* Two members: the pipelined copy through the cells keeps both
-         * busy and wins (1 MiB: 37 us against 64 us for one copy, measured
-         * on 2 cores); from three on, the one copy each does wins. */
+    } else if (a->sub == TW_CSHM_BCAST && cma_min > 0 && a->len >= cma_min) {
+        /* One copy each, from two members on: 2 pinned processes, 1 MiB,
+         * 91-97 us against 160-167 through the cells (Open MPI tuned in
+         * the same run 80-98). (An earlier 2-core machine had it the
+         * other way between two: 64 against 37; TW_COLL_CMA=0 there.) */
         st = tw_cshm_cma(op, a);
     } else {
         st = tw_cshm_chunks(op, a);

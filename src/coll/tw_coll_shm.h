@@ -45,8 +45,7 @@
  * descriptor when it destroys the group (and the bits of members known
  * dead); the last one frees the set.
  *
- * Large bcasts (TW_COLL_CMA bytes and up, 3 members or more) go with one
- * copy: the root
+ * Large bcasts (TW_COLL_CMA bytes and up) go with one copy: the root
  * publishes its buffer's address and pid in its release line, each member
  * reads it with process_vm_readv and answers in its arrive line, the root
  * returns when all answered. Only where every local rank could read the
