@@ -54,6 +54,15 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
              "every rank of the node may read the others' memory (checked at tw_init); smaller "
              "ones, and all with 0, through the shared cells",
      .offset = offsetof(tw_coll_cfg_t, cma_min)},
+    {.name = "TW_COLL_CMA_ALLREDUCE",
+     .type = TW_CFG_SIZE,
+     .defval = "512k",
+     .help = "collectives: allreduces of at least this many bytes among the ranks of a node go "
+             "with one copy (process_vm_readv, where TW_COLL_CMA is allowed and not 0): member "
+             "j reads slice j of every send buffer and reduces it, then everyone reads the "
+             "slices' results; smaller ones, all on a node whose ranks outnumber its CPUs, and "
+             "all with 0, through the shared cells. The node leader's value holds for its node",
+     .offset = offsetof(tw_coll_cfg_t, cma_ar_min)},
     {.name = "TW_COLL_RSAG",
      .type = TW_CFG_SIZE,
      .defval = "512k",

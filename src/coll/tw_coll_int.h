@@ -59,6 +59,7 @@ typedef struct tw_coll_cfg {
     unsigned slots;             /* TW_COLL_SLOTS */
     uint64_t spin_ns;           /* TW_COLL_SPIN */
     size_t cma_min;             /* TW_COLL_CMA: 0 = never */
+    size_t cma_ar_min;          /* TW_COLL_CMA_ALLREDUCE: 0 = never */
     size_t rsag_min;            /* TW_COLL_RSAG: 0 = never */
 } tw_coll_cfg_t;
 

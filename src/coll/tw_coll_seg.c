@@ -79,6 +79,7 @@ static tw_status_t tw_cseg_create(tw_coll_t *coll, tw_cshm_node_t *node, uint64_
     h->size = size;
     atomic_store(&h->attached, 1);
     h->cma_min = coll->cfg.cma_min;
+    h->cma_ar_min = coll->cfg.cma_ar_min;
     h->probe_pid = (uint64_t)node->pid;
     h->probe_addr = (uint64_t)(uintptr_t)&tw_cseg_probe_word;
     h->probe_value = tw_cseg_probe_word;
@@ -145,7 +146,8 @@ tw_status_t tw_cshm_node_prepare(tw_coll_t *coll)
     /* More ranks than CPUs: whoever we wait for needs our CPU -- yield at
      * once instead of spinning (the node's ranks share its CPUs). */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    node->spin_ns = ncpu > 0 && nlocal > ncpu ? 0 : coll->cfg.spin_ns;
+    node->oversub = ncpu > 0 && nlocal > ncpu;
+    node->spin_ns = node->oversub ? 0 : coll->cfg.spin_ns;
     cpu_set_t mask;
     node->cpus = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : (int)ncpu;
     node->cpus = node->cpus > 0 ? node->cpus : 1;
@@ -253,6 +255,7 @@ tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
      * local rank reads the same mask here. */
     all = node->nlocal == 64 ? UINT64_MAX : (1ull << node->nlocal) - 1;
     node->cma_min = atomic_load(&node->hdr->cma_ok) == all ? (size_t)node->hdr->cma_min : 0;
+    node->cma_ar_min = node->cma_min > 0 ? (size_t)node->hdr->cma_ar_min : 0;
     if (node->cma_min == 0 && node->hdr->cma_min > 0) {
         tw_debug("coll", "a rank of this node cannot read the others' memory (process_vm_readv; "
                          "see /proc/sys/kernel/yama/ptrace_scope): bcasts go through the cells");
@@ -404,6 +407,9 @@ void tw_cshm_unbind(tw_group_t *g)
     tw_free(b->mem, n * sizeof(*b->mem));
     tw_free(b->cells, n * sizeof(*b->cells));
     tw_free(b->seen, n * sizeof(*b->seen));
+    tw_free(b->tmp, b->tmp_len);
+    b->tmp = NULL;
+    b->tmp_len = 0;
     b->mem = NULL;
     b->cells = NULL;
     b->seen = NULL;

@@ -21,7 +21,7 @@
 #include "shmem/tw_seg.h"
 
 #define TW_CSEG_MAGIC        0x7477637365673031ull /* "twcseg01" */
-#define TW_CSEG_VERSION      3u
+#define TW_CSEG_VERSION      4u
 #define TW_CSEG_DESC_OFF     4096u
 #define TW_CSHM_MEMBER_BYTES sizeof(tw_cshm_member_t)
 
@@ -48,6 +48,7 @@ typedef struct tw_cseg_hdr {
     uint64_t probe_addr;
     uint64_t probe_value;
     _Atomic uint64_t cma_ok;
+    uint64_t cma_ar_min; /* the leader's TW_COLL_CMA_ALLREDUCE */
 } tw_cseg_hdr_t;
 
 typedef struct tw_cseg_desc {
@@ -69,11 +70,13 @@ struct tw_cshm_node {
     unsigned nslots;
     atomic_uint claims; /* tokens */
     uint64_t spin_ns;   /* TW_COLL_SPIN, or 0 when the node's ranks outnumber its CPUs */
+    bool oversub;       /* they do */
     int cpus;           /* CPUs this process may run on */
     atomic_int waiters; /* this process's threads in a blocking wait */
     uint64_t size;      /* of the segment */
     char name[TW_SEG_NAME_MAX];
-    size_t cma_min; /* bcasts this large go by process_vm_readv; 0 = never (agreed) */
+    size_t cma_min;    /* bcasts this large go by process_vm_readv; 0 = never (agreed) */
+    size_t cma_ar_min; /* allreduces this large too (agreed) */
     pid_t pid;
 };
 

@@ -45,6 +45,13 @@
  * descriptor when it destroys the group (and the bits of members known
  * dead); the last one frees the set.
  *
+ * Large allreduces (TW_COLL_CMA bytes and up) go with one copy too:
+ * every member publishes where its send and receive buffers are (arrive),
+ * reads slice j of everyone's send buffer (j: its own position), reduces
+ * it in member order into its receive buffer and says so (release),
+ * reads the other slices from their reducers' receive buffers, and
+ * returns once everyone has read its buffers (ack).
+ *
  * Large bcasts (TW_COLL_CMA bytes and up) go with one copy: the root
  * publishes its buffer's address and pid in its release line, each member
  * reads it with process_vm_readv and answers in its arrive line, the root
@@ -113,6 +120,8 @@ typedef struct tw_cshm_bind {
     unsigned char **cells;  /* [g->nlocal] each member's ring */
     uint64_t *seen;         /* [g->nlocal] last op known finished by each */
     size_t chunk;           /* bytes of a cell */
+    unsigned char *tmp;     /* single-copy allreduce: 2 slices' scratch (one op at a time) */
+    size_t tmp_len;
 } tw_cshm_bind_t;
 
 /* Node segment set-up, in tw_init's address exchange (no messages):

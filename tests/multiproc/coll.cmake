@@ -10,6 +10,9 @@
 #                trees); without shared-memory slot sets (TW_COLL_SLOTS=0:
 #                the point-to-point algorithms within a node); large bcasts
 #                through the cells instead of one copy (TW_COLL_CMA=0);
+#                every allreduce by one copy between 2 ranks
+#                (TW_COLL_CMA_ALLREDUCE=1: from 1 byte, so slices of 0
+#                elements too; not used where ranks outnumber the CPUs);
 #                allreduce by Rabenseifner (TW_COLL_RSAG=1 or 64: from 1 or
 #                64 bytes, so the small counts take it too, with uneven
 #                blocks, and counts below the power of two fall back) point
@@ -40,6 +43,7 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "basic_nodes3_n3;3;--mode basic;TW_NODE_ID=0,1,2"
            "basic_noslots_n3;3;--mode basic;TW_COLL_SLOTS=0"
            "basic_nocma_n3;3;--mode basic;TW_COLL_CMA=0"
+           "basic_cma_ar_n2;2;--mode basic;TW_COLL_CMA_ALLREDUCE=1"
            "basic_rsag_n3;3;--mode basic;TW_COLL_SLOTS=0;TW_COLL_RSAG=1"
            "basic_rsag_n4;4;--mode basic;TW_COLL_SLOTS=0;TW_COLL_RSAG=64"
            "basic_rsag_tcp_n5;5;--mode basic;TW_TRANSPORTS=self,tcp;TW_COLL_RSAG=1"
