@@ -15,7 +15,9 @@
  *               16-64 KiB through each member's ring of cells; chunk k is
  *               copied in, published (prog), member j reduces slice j of
  *               it from all cells in member order (published: red), every
- *               member copies the slices into its result, and acks.
+ *               member copies the slices into its result, and acks (below
+ *               256 B every member reduces it all, one step less). From
+ *               TW_COLL_CMA_ALLREDUCE bytes: one copy (process_vm_readv).
  *   reduce      the same, unsplit: only the root reads and reduces
  *   bcast       up to 56 bytes: the root's release line; larger: chunks
  *               through the root's cells, each reader acks
@@ -310,16 +312,21 @@ static tw_status_t tw_cshm_inline(tw_coll_op_t *op, tw_coll_act_t *a)
  * their ring and publish prog; readers (everyone, the root, the
  * non-roots) wait for the writers' prog, consume, and ack.
  *
- * An allreduce splits each chunk in n slices (whole elements): member j
- * reduces slice j of every cell, in member order, into its result and
- * back into slice j of its own cell (which no one else reads in that
- * phase), publishes red, then copies the other slices from their
- * reducers' cells. Each member reads about two chunks' worth instead of
- * n and reduces 1/n of it, with the bits every member reducing all of it
- * in member order would get. Measured (1 MiB doubles, medians of 3):
- * 2 pinned processes 190 us against 215 for every member reducing it
- * all; 4 on 2 cores 588 against 770.
+ * An allreduce (from TW_CSHM_SPLIT_MIN bytes) splits each chunk in n
+ * slices (whole elements): member j reduces slice j of every cell, in
+ * member order, into its result and back into slice j of its own cell
+ * (which no one else reads in that phase), publishes red, then copies
+ * the other slices from their reducers' cells. Each member reads about
+ * two chunks' worth instead of n and reduces 1/n of it, with the bits
+ * every member reducing all of it in member order would get. Measured
+ * (1 MiB doubles, medians of 3): 2 pinned processes 190 us against 215
+ * for every member reducing it all; 4 on 2 cores 588 against 770.
  */
+/* Smaller allreduces skip the split's extra step (red): 2 pinned
+ * processes, 64 B 0.34-0.37 us unsplit against 0.41-0.43 split; from
+ * 1 KiB the split wins (0.51-0.57 against 0.57-0.62). */
+#define TW_CSHM_SPLIT_MIN 256u
+
 static void tw_cshm_slice(size_t count, int n, int j, size_t *first, size_t *num)
 {
     size_t lo = count * (size_t)j / (size_t)n, hi = count * (size_t)(j + 1) / (size_t)n;
@@ -341,7 +348,7 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
     size_t nch = (bytes + per - 1) / per;
     bool writer = !bcast || me == root;
     bool reader = a->sub == TW_CSHM_ALLREDUCE || (me == root) != bcast;
-    bool split = a->sub == TW_CSHM_ALLREDUCE;
+    bool split = a->sub == TW_CSHM_ALLREDUCE && bytes >= TW_CSHM_SPLIT_MIN;
 
     CS_BEGIN(op);
     for (op->cs.k = 0; op->cs.k < nch; op->cs.k++) {
