@@ -16,7 +16,7 @@
 # medians and threadwire / Open MPI. Latencies in us: below 1 is
 # threadwire faster; rates (k collectives/s) and overlap (%): above 1 is.
 #   tools/perf-coll.sh [BUILD_DIR]       (default build/release)
-#   REPS=N  SECTIONS="pin over threads overlap nodes2" (default: all)
+#   REPS=N  SECTIONS="pin over threads overlap cluster" (default: all)
 # Sections:
 #   pin      2 processes bound one per core (twrun --bind core, mpirun
 #            --bind-to core): barrier; bcast and allreduce at 8 B, 64 B,
@@ -26,8 +26,10 @@
 #            --bind-to core:overload-allowed).
 #   threads  -t 2: two threads per process, each on its own communicator
 #            (MPI_Comm_dup, MPI_THREAD_MULTIPLE) or group (tw_group_create);
-#            the aggregate rate of a process beside the one-thread rate of
-#            pin. Both threads of a process share its core. Open MPI tuned
+#            the aggregate rate of a process beside its one-thread rate,
+#            both in runs of 20000 iterations (500 at 64 KiB), long enough
+#            for the threads' turns on a core. Both threads of a process
+#            share its core. Open MPI tuned
 #            is bimodal there: in some runs one thread takes ms per
 #            collective (its partner's core is busy with the other thread;
 #            mpi_yield_when_idle does not change it), so its median can
@@ -35,20 +37,28 @@
 #   overlap  iallreduce of 64 KiB as osu_iallreduce: the pure collective,
 #            and how much of an equally long computation it hides, without
 #            tests (OSU's default) and with 8 (-P 8: MPI_Test / tw_cq_poll).
-#   nodes2   threadwire on 2 emulated nodes (TW_NODE_ID=0,1: one rank per
-#            node, the collectives go between node leaders over the network
-#            transport); Open MPI runs on one machine the same either way,
-#            so its columns repeat pin's figures (with pin in SECTIONS).
+#   cluster  pin's rows across 2 emulated nodes (tests/cluster/run-cluster.sh
+#            --launcher mpirun: each node a network namespace with its own
+#            address, the job started by a real mpirun), 2 ranks (one per
+#            node) and 4 (two per node, unbound: the nodes share the 2
+#            cores). Open MPI tuned over ob1 with the tcp BTL between the
+#            nodes and vader within one (with 4 ranks yielding when idle,
+#            as over's oversubscribed mapping makes it); threadwire
+#            bootstraps through PMIx, shm within a node, tcp between the
+#            nodes. No sm column (coll/sm is for one node). Needs root; a
+#            few seconds a launch.
+#            nodes2, its former name, still selects it.
 # Every run sweeps 8 B .. 1 MiB (one line per size) with OSU's iteration
 # counts; the rows pick sizes from it. Needs openmpi-bin and libopenmpi-dev
 # for the Open MPI columns; without them, or without a tw_coll_perf in
 # BUILD_DIR, the table has the other columns only. About 1 minute a rep on
-# 2 cores.
+# 2 cores for the one-node sections, half a minute for cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
 reps=${REPS:-3}
-sections=${SECTIONS:-pin over threads overlap nodes2}
+sections=${SECTIONS:-pin over threads overlap cluster}
+sections=${sections//nodes2/cluster} # the cluster section's former name
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/perf-coll.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 log=$tmp/log # output of a failed run, echoed to stderr
@@ -93,21 +103,41 @@ record() {
     r[$1.$size.ovl]+="$ovl "
   done
 }
+# cluster PROCS PROGRAM ARGS...: PROCS ranks across 2 emulated nodes,
+# started by mpirun (block placement: PROCS / 2 a node), at high priority.
+# Stdout is the ranks' (rank 0 prints the figures); stderr (the driver's,
+# mpirun's and the ranks') goes to $log.
+cluster() {
+  local n=$1
+  shift
+  hiprio tests/cluster/run-cluster.sh --launcher mpirun --nodes 2 --np "$n" --timeout 120 \
+    "$@" 2>"$log"
+}
+# Open MPI across the emulated nodes: ob1, tcp between them, vader within.
+# With 4 ranks it yields when idle, as over's --map-by core:OVERSUBSCRIBE
+# makes it: mpirun sees 2 slots a node, not that the nodes share 2 cores,
+# and its busy polling then starves the ranks (barrier ~20 ms, not ~70 us).
+ompi_net=(--env OMPI_MCA_pml=ob1 --env "OMPI_MCA_btl=tcp,vader,self")
+
 # run SEC IMPL PROCS ARGS...: one run of the collective benchmark, its
-# figures recorded under SEC.IMPL.OP (OP: the -c argument).
+# figures recorded under SEC.IMPL.OP (OP: the -c argument). SEC cluster2,
+# cluster4: across the emulated nodes.
 run() {
   local sec=$1 impl=$2 n=$3 out op
   shift 3
   op=$2
-  local ompi=("${pin[@]}") env=()
+  local ompi=("${pin[@]}")
   [ "$n" -le 2 ] || ompi=("${over[@]}")
-  [ "$sec" != nodes2 ] || env=("TW_NODE_ID=0,1")
-  case $impl in
-    tw)
-      out=$(hiprio env "${env[@]}" timeout 120 "$build/tools/twrun" -n "$n" --bind core \
+  case $sec.$impl in
+    cluster*.tw) out=$(cluster "$n" -- "$build/tools/tw_coll_perf" "$@") || true ;;
+    cluster*.tuned)
+      out=$(cluster "$n" "${ompi_net[@]}" --env OMPI_MCA_mpi_yield_when_idle=$((n > 2)) \
+        -- "$tmp/mpi_coll" "$@") || true ;;
+    *.tw)
+      out=$(hiprio timeout 120 "$build/tools/twrun" -n "$n" --bind core \
         "$build/tools/tw_coll_perf" "$@" 2>"$log") || true ;;
-    tuned) out=$(ompi_shm "$n" "${ompi[@]}" "$tmp/mpi_coll" "$@") || true ;;
-    sm) out=$(ompi_shm "$n" "${ompi[@]}" "${sm[@]}" "$tmp/mpi_coll" "$@") || true ;;
+    *.tuned) out=$(ompi_shm "$n" "${ompi[@]}" "$tmp/mpi_coll" "$@") || true ;;
+    *.sm) out=$(ompi_shm "$n" "${ompi[@]}" "${sm[@]}" "$tmp/mpi_coll" "$@") || true ;;
   esac
   grep -q '^coll,' <<<"$out" || fail "$sec: ${name[$impl]} -n $n $*"
   record "$sec.$impl.$op" <<<"$out"
@@ -125,16 +155,21 @@ for rep in $(seq "$reps"); do
           run "$sec" "$impl" $n -c barrier
           for op in bcast allreduce reduce; do run "$sec" "$impl" $n -c $op "${sweep[@]}"; done ;;
         threads)
-          run threads "$impl" 2 -c barrier -t 2
-          run threads "$impl" 2 -c allreduce -m 8:8 -t 2
-          run threads "$impl" 2 -c allreduce -m 64k:64k -t 2 ;;
+          # Longer runs than pin's: the threads take turns on a core for ms.
+          for t in 1 2; do
+            run threads$t "$impl" 2 -c barrier -t $t -i 20000
+            run threads$t "$impl" 2 -c allreduce -m 8:8 -t $t -i 20000
+            run threads$t "$impl" 2 -c allreduce -m 64k:64k -t $t -i 500
+          done ;;
         overlap)
           run overlap "$impl" 2 -c iallreduce -m 64k:64k
           run overlap8 "$impl" 2 -c iallreduce -m 64k:64k -P 8 ;;
-        nodes2)
-          [ "$impl" = tw ] || continue # Open MPI: the pin section's run
-          run nodes2 tw 2 -c barrier
-          for op in bcast allreduce reduce; do run nodes2 tw 2 -c $op "${sweep[@]}"; done ;;
+        cluster)
+          [ "$impl" != sm ] || continue # coll/sm: within one node only
+          for n in 2 4; do
+            run cluster$n "$impl" $n -c barrier
+            for op in bcast allreduce reduce; do run cluster$n "$impl" $n -c $op "${sweep[@]}"; done
+          done ;;
       esac
     done
   done
@@ -143,12 +178,14 @@ done
 m() { tr ' ' '\n' <<<"${r[$1]:-}" | awk 'NF && $1 != "-"' | median; }
 sz() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; else if (b >= 1024)
   printf "%d KiB", b / 1024; else printf "%d B", b }'; }
+# The columns of the table being printed: impls (cluster: but sm).
+cols=("${impls[@]}")
 header() {
   echo
   echo "== $1"
   printf '%-40s' "measurement (medians of $reps)"
-  for i in "${impls[@]}"; do printf ' %11s' "${name[$i]}"; done
-  for i in "${impls[@]}"; do [ "$i" = tw ] || printf ' %9s' "tw/${i}"; done
+  for i in "${cols[@]}"; do printf ' %11s' "${name[$i]}"; done
+  for i in "${cols[@]}"; do [ "$i" = tw ] || printf ' %9s' "tw/${i}"; done
   echo
 }
 # row LABEL KEY_OF_EACH_IMPL...: KEY with IMPL standing for the impl, e.g.
@@ -156,14 +193,14 @@ header() {
 row() {
   local label=$1 key=$2 i t
   declare -A val
-  for i in "${impls[@]}"; do val[$i]=$(m "${key//IMPL/$i}"); done
+  for i in "${cols[@]}"; do val[$i]=$(m "${key//IMPL/$i}"); done
   t=${val[tw]:--}
   printf '%-40s' "$label"
-  for i in "${impls[@]}"; do printf ' %11s' "${val[$i]}"; done
-  for i in "${impls[@]}"; do [ "$i" = tw ] || printf ' %9s' "$(ratio "$t" "${val[$i]}")"; done
+  for i in "${cols[@]}"; do printf ' %11s' "${val[$i]}"; done
+  for i in "${cols[@]}"; do [ "$i" = tw ] || printf ' %9s' "$(ratio "$t" "${val[$i]}")"; done
   echo
 }
-# The latency rows of pin, over and nodes2.
+# The latency rows of pin, over, cluster2 and cluster4.
 lat_rows() { # SEC
   row "barrier, us" "$1.IMPL.barrier.0.lat"
   for op in bcast allreduce; do
@@ -173,6 +210,7 @@ lat_rows() { # SEC
 }
 
 for sec in $sections; do
+  cols=("${impls[@]}")
   case $sec in
     pin)
       header "2 processes, one per core: latency"
@@ -181,25 +219,25 @@ for sec in $sections; do
       header "4 processes on 2 cores (oversubscribed, 2 per core): latency"
       lat_rows over ;;
     threads)
-      header "-t 2: aggregate rate of a process, k collectives/s (1 thread: pin's runs)"
+      header "-t 2: aggregate rate of a process, k collectives/s (long runs)"
       for b in 0 8 65536; do
         op=allreduce
         [ $b != 0 ] || op=barrier
         l="$op$([ $b = 0 ] || echo " $(sz $b)")"
-        row "$l, 1 thread" "pin.IMPL.$op.$b.rate"
-        row "$l, 2 threads" "threads.IMPL.$op.$b.rate"
+        row "$l, 1 thread" "threads1.IMPL.$op.$b.rate"
+        row "$l, 2 threads" "threads2.IMPL.$op.$b.rate"
       done ;;
     overlap)
       header "iallreduce 64 KiB, 2 processes (as osu_iallreduce)"
       row "pure iallreduce + wait, us" "overlap.IMPL.iallreduce.65536.lat"
       row "overlap, %, no tests" "overlap.IMPL.iallreduce.65536.ovl"
       row "overlap, %, 8 tests (-P 8)" "overlap8.IMPL.iallreduce.65536.ovl" ;;
-    nodes2)
-      header "2 emulated nodes (TW_NODE_ID=0,1; Open MPI: pin's runs, one machine)"
-      # Open MPI's columns from pin: copy its values under nodes2.
-      for k in "${!r[@]}"; do
-        [[ $k != pin.tw.* ]] && [[ $k == pin.* ]] && r[nodes2.${k#pin.}]=${r[$k]}
-      done
-      lat_rows nodes2 ;;
+    cluster)
+      cols=()
+      for i in "${impls[@]}"; do [ "$i" = sm ] || cols+=("$i"); done
+      header "2 emulated nodes (network namespaces, mpirun): 1 rank per node"
+      lat_rows cluster2
+      header "2 emulated nodes (network namespaces, mpirun): 2 ranks per node"
+      lat_rows cluster4 ;;
   esac
 done
