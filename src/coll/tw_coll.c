@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "coll/tw_coll_int.h"
+#include "core/tw_bytes.h"
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
@@ -73,7 +74,7 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
              "all, instead of 1 of each per round, in twice the rounds); smaller ones, those "
              "with fewer elements than the power of two at or below the member count, and all "
              "with 0, by recursive doubling. The same bits either way; must be the same on "
-             "every rank",
+             "every rank (tw_init fails otherwise)",
      .offset = offsetof(tw_coll_cfg_t, rsag_min)},
 };
 
@@ -490,6 +491,35 @@ int tw_coll_node_leader(const tw_coll_t *coll)
 void tw_coll_node_attach(tw_coll_t *coll, const void *addr, size_t len)
 {
     tw_cshm_node_attach(coll, addr, len);
+}
+
+size_t tw_coll_job_addr(const tw_coll_t *coll, void *buf, size_t room)
+{
+    if (room < 8) {
+        return 0;
+    }
+    tw_put64(buf, (uint64_t)coll->cfg.rsag_min);
+    return 8;
+}
+
+tw_status_t tw_coll_job_check(const tw_coll_t *coll, int peer, const void *addr, size_t len)
+{
+    uint64_t theirs;
+
+    if (addr == NULL || len != 8) {
+        tw_error("init", "rank %d published no collective settings (a different threadwire?)",
+                 peer);
+        return TW_ERR_INVALID;
+    }
+    theirs = tw_get64(addr);
+    if (theirs != (uint64_t)coll->cfg.rsag_min) {
+        tw_error("init",
+                 "rank %d has TW_COLL_RSAG=%llu bytes and this rank %zu: set it alike on every "
+                 "rank (the allreduce's algorithm, and so its messages, depend on it)",
+                 peer, (unsigned long long)theirs, coll->cfg.rsag_min);
+        return TW_ERR_INVALID;
+    }
+    return TW_OK;
 }
 
 tw_status_t tw_coll_node_setup(tw_coll_t *coll)

@@ -64,6 +64,15 @@ size_t tw_coll_node_addr(const tw_coll_t *coll, void *buf, size_t room);
 int tw_coll_node_leader(const tw_coll_t *coll);
 void tw_coll_node_attach(tw_coll_t *coll, const void *addr, size_t len);
 tw_status_t tw_coll_node_setup(tw_coll_t *coll);
+/* Settings every rank's schedules depend on (TW_COLL_RSAG: a rank that
+ * picks another allreduce algorithm would wait for messages that never
+ * come): every rank's blob carries them, every rank checks its peers'. */
+#define TW_COLL_JOB_ADDR_NAME "coll.job"
+/** Our entry into @p buf (room @p room): its length, or 0. */
+size_t tw_coll_job_addr(const tw_coll_t *coll, void *buf, size_t room);
+/** @p peer's entry (@p addr NULL: it has none) against ours: TW_OK, or
+ * TW_ERR_INVALID with an error naming the variable. */
+tw_status_t tw_coll_job_check(const tw_coll_t *coll, int peer, const void *addr, size_t len);
 /** @p peer is gone (first report). @p failed: every group holding it
  * fails. A clean departure (!@p failed) fails nothing: what it sent and
  * wrote before it left is there; a wait for anything more fails then. Thread:

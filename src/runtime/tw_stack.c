@@ -333,6 +333,19 @@ static tw_status_t tw_stack_agree(tw_ctx_impl_t *impl, int peer, const void *blo
             return st;
         }
     }
+    {
+        const tw_addr_entry_t *job = NULL;
+        for (unsigned i = 0; i < c->n; i++) {
+            if (strcmp(c->e[i].name, TW_COLL_JOB_ADDR_NAME) == 0) {
+                job = &c->e[i];
+            }
+        }
+        st = tw_coll_job_check(impl->coll, peer, job != NULL ? job->addr : NULL,
+                               job != NULL ? job->len : 0);
+        if (st != TW_OK) {
+            return st;
+        }
+    }
     for (unsigned i = 0; i < c->n; i++) {
         if (!c->used[i] && (c->e[i].flags & TW_ADDR_F_JOB_WIDE)) {
             tw_error("init",
@@ -374,19 +387,28 @@ static tw_status_t tw_stack_peers(tw_ctx_impl_t *impl, bool connect)
     return TW_OK;
 }
 
-/* The node's collectives segment, in its leader's blob (nothing when
- * this rank leads no segment). */
-static void tw_stack_pack_coll(tw_ctx_impl_t *impl, tw_addr_writer_t *w)
+/* One entry @p name of @p len bytes from @p fill (nothing when 0). */
+static void tw_stack_pack_entry(tw_ctx_impl_t *impl, tw_addr_writer_t *w, const char *name,
+                                size_t (*fill)(const tw_coll_t *, void *, size_t))
 {
     size_t room = 0;
-    void *at = tw_addr_reserve(w, TW_COLL_ADDR_NAME, 0, &room);
-    size_t len = at != NULL ? tw_coll_node_addr(impl->coll, at, room) : 0;
+    void *at = tw_addr_reserve(w, name, 0, &room);
+    size_t len = at != NULL ? fill(impl->coll, at, room) : 0;
 
     if (len > 0) {
         tw_addr_commit(w, len);
     } else if (at != NULL) {
         tw_addr_cancel(w);
     }
+}
+
+/* The node's collectives segment, in its leader's blob (nothing when
+ * this rank leads no segment); the job-wide collective settings, in
+ * everyone's. */
+static void tw_stack_pack_coll(tw_ctx_impl_t *impl, tw_addr_writer_t *w)
+{
+    tw_stack_pack_entry(impl, w, TW_COLL_ADDR_NAME, tw_coll_node_addr);
+    tw_stack_pack_entry(impl, w, TW_COLL_JOB_ADDR_NAME, tw_coll_job_addr);
 }
 
 /* The others of the node attach to the segment their leader published

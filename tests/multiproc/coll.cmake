@@ -76,15 +76,21 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
 endforeach()
 
 # The node's ranks disagree about the segment (coll_node_test.sh): a rank
-# that cannot attach, a leader without one.
-foreach(_case attach leader)
+# that cannot attach, a leader without one; and about TW_COLL_RSAG, which
+# must be the same job-wide (tw_init fails).
+foreach(_case attach leader rsag)
   add_test(NAME ${TW_TEST_PREFIX}coll_node_${_case}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/coll_node_test.sh $<TARGET_FILE:twrun>
                    $<TARGET_FILE:test_coll> ${_case})
   set_tests_properties(${TW_TEST_PREFIX}coll_node_${_case} PROPERTIES
     LABELS multiproc TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")
-  list(APPEND _coll_basic_tests node_${_case})
+  if(NOT _case STREQUAL "rsag")
+    list(APPEND _coll_basic_tests node_${_case})
+  endif()
 endforeach()
+# coll_node_rsag: a rank refuses another's TW_COLL_RSAG at tw_init.
+tw_expect_log(coll_node_rsag PATTERNS
+  "init. error: rank [0-9]+ has TW_COLL_RSAG=[0-9]+ bytes and this rank [0-9]+: set it alike on every rank .the allreduce's algorithm, and so its messages, depend on it.$")
 
 # ---- the log lines the cases provoke on purpose (tests/README.md) ----
 # A bitwise operator on a floating type, refused on purpose (basic: every

@@ -14,18 +14,31 @@
 #   leader  rank 0, the leader, has no slot sets (TW_COLL_SLOTS=0): it
 #           publishes no segment and the others run point to point
 #           quietly: no coll warning at all
-#   coll_node_test.sh TWRUN TEST_COLL attach|leader
+#   rsag    rank 1 alone sets TW_COLL_RSAG (the allreduce's algorithm, and
+#           so its messages, depend on it: it must be the same job-wide):
+#           tw_init fails, and says why
+#   coll_node_test.sh TWRUN TEST_COLL attach|leader|rsag
 set -eu
 twrun=$1 coll=$2 case=$3
+var=TW_COLL_SLOTS
 case $case in
   attach) rank=2 slots=2 ;;
   leader) rank=0 slots=0 ;;
+  rsag) rank=1 slots=1k var=TW_COLL_RSAG ;;
   *) echo "coll_node_test.sh: unknown case $case"; exit 2 ;;
 esac
 rc=0
-out=$("$twrun" -n 3 sh -c 'if [ "$TW_RANK" = "$0" ]; then export TW_COLL_SLOTS="$1"; fi
-  shift; exec "$@"' "$rank" "$slots" "$coll" --mode basic --max-stall 20 2>&1) || rc=$?
+out=$("$twrun" -n 3 sh -c 'if [ "$TW_RANK" = "$0" ]; then export "$1=$2"; fi
+  shift 2; exec "$@"' "$rank" "$var" "$slots" "$coll" --mode basic --max-stall 20 2>&1) || rc=$?
 printf '%s\n' "$out"
+if [ "$case" = rsag ]; then
+  [ $rc -ne 0 ] || { echo "FAIL: ranks that disagree on TW_COLL_RSAG ran"; exit 1; }
+  n=$(grep -c "init\] error: rank [0-9] has TW_COLL_RSAG=[0-9]* bytes and this rank" <<<"$out" || true)
+  # The first to fail ends the job (twrun stops the others): one at least.
+  [ "$n" -ge 1 ] || { echo "FAIL: no rank said why tw_init failed"; exit 1; }
+  echo "ok: rank 1 alone with TW_COLL_RSAG=1k: tw_init failed, naming it ($n rank(s) said so)"
+  exit 0
+fi
 [ $rc -eq 0 ] || { echo "FAIL: the job failed ($rc)"; exit 1; }
 n_attach=$(grep -c "coll\] warn: cannot attach the collectives' segment of rank 0" <<<"$out" || true)
 n_world=$(grep -c "coll\] warn: a rank of this node could not attach the collectives' segment" \
