@@ -65,16 +65,20 @@ if [ "${1:-}" = --watch ]; then
   t0=${EPOCHREALTIME//[!0-9]/}
   kill -9 "$launcher"
   # Each pid's time is when it was first seen gone. Servers first: a rank
-  # seen alive after its server was seen gone outlived it, and must say why.
+  # seen alive over 100 ms after its server was seen gone outlived it, and
+  # must say why. (Within 100 ms it may be dying of the server's own kill:
+  # a sanitizer build's exit unmaps its shadow memory, which takes a while.)
   while :; do # 6 s at most
     left=0
     for p in $servers "${!server[@]}"; do
       [ -z "${gone[$p]:-}" ] || continue
+      now=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000))
       if dead "$p"; then
-        gone[$p]=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000))
+        gone[$p]=$now
       else
         left=1
-        [ -z "${server[$p]:-}" ] || [ -z "${gone[${server[$p]}]:-}" ] || outlived[$p]=1
+        sv=${server[$p]:-}
+        [ -z "$sv" ] || [ -z "${gone[$sv]:-}" ] || [ $((now - gone[$sv])) -le 100 ] || outlived[$p]=1
       fi
     done
     [ $left = 1 ] && [ $((${EPOCHREALTIME//[!0-9]/} - t0)) -lt 6000000 ] || break
