@@ -146,8 +146,10 @@ TW_API tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p);
 
 /**
  * Leave the job. Operations still outstanding complete (sends already
- * handed to a transport are delivered) or complete with TW_ERR_CANCELED
- * (receives never matched) on their CQs; every thread the context made is
+ * handed to a transport are delivered; a large -- rendezvous -- send that
+ * its receiver has not read within 2 s is canceled, with a warning) or
+ * complete with TW_ERR_CANCELED (receives never matched) on their CQs;
+ * every thread the context made is
  * joined. CQs outlive the context: poll them for those last completions,
  * then tw_cq_destroy them. Afterwards every call on @p ctx returns
  * TW_ERR_INVALID (or -1 / 0 where the call returns a count). The last
@@ -519,8 +521,11 @@ TW_API int tw_group_size(const tw_group_t *g);
  *   with TW_ERR_PEER_FAILED on every survivor, within about a second; later
  *   collectives on the group fail at once. Groups without it go on.
  * - Within a node they run through shared memory where a slot set is
- *   free (TW_COLL_SLOTS), else point to point; across nodes, through each
- *   node's leader and point-to-point trees between leaders.
+ *   free (TW_COLL_SLOTS), else point to point, large bcasts and allreduces
+ *   with one copy (TW_COLL_CMA, TW_COLL_CMA_ALLREDUCE); across nodes,
+ *   through each node's leader and point-to-point trees between leaders
+ *   (large allreduces by Rabenseifner, TW_COLL_RSAG: it must be alike on
+ *   every rank, else tw_init fails with TW_ERR_INVALID).
  * Common errors: TW_ERR_INVALID (NULL group, root out of range, a bad
  * dtype or op, a bitwise op on a floating type, NULL buffer with data, a
  * collective outstanding on the group); TW_ERR_PEER_FAILED.
