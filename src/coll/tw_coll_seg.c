@@ -364,6 +364,7 @@ tw_status_t tw_cshm_bind(tw_group_t *g, int slot)
     b->mem = tw_calloc((size_t)g->nlocal, sizeof(*b->mem));
     b->cells = tw_calloc((size_t)g->nlocal, sizeof(*b->cells));
     b->seen = tw_calloc((size_t)g->nlocal, sizeof(*b->seen));
+    b->cell_op = 0;
     if (b->mem == NULL || b->cells == NULL || b->seen == NULL) {
         tw_cshm_unbind(g);
         return TW_ERR_NOMEM;

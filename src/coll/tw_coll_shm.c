@@ -364,15 +364,21 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
                     }
                     CS_AWAIT(op, op->cs.j, &b->mem[op->cs.j]->ack,
                              TW_CSHM_PROG(s, op->cs.k - TW_CSHM_CELLS + 1));
-                } else if (s > 1 && b->seen[op->cs.j] < s - 1) {
-                    CS_AWAIT(op, op->cs.j, &b->mem[op->cs.j]->done, s - 1);
-                    tw_cshm_saw(b, op->cs.j, s - 1);
+                } else if (op->cs.k == 0 && b->seen[op->cs.j] < b->cell_op) {
+                    /* Every cell was last written by op cell_op at the
+                     * latest: its readers finished it. Not s - 1: a
+                     * barrier just before leaves the cells alone, and
+                     * waiting for every member to have left it made the
+                     * root of a bcast wait for the slowest. */
+                    CS_AWAIT(op, op->cs.j, &b->mem[op->cs.j]->done, b->cell_op);
+                    tw_cshm_saw(b, op->cs.j, b->cell_op);
                 }
             }
             {
                 size_t off = op->cs.k * per, len = TW_MIN(per, bytes - off);
                 const unsigned char *src = bcast ? (const unsigned char *)a->dst : a->a;
                 memcpy(b->cells[me] + (op->cs.k % TW_CSHM_CELLS) * b->chunk, src + off, len);
+                b->cell_op = s;
                 tw_cshm_publish(b, &b->mem[me]->prog, TW_CSHM_PROG(s, op->cs.k + 1));
             }
         }

@@ -119,6 +119,7 @@ typedef struct tw_cshm_bind {
     tw_cshm_member_t **mem; /* [g->nlocal] */
     unsigned char **cells;  /* [g->nlocal] each member's ring */
     uint64_t *seen;         /* [g->nlocal] last op known finished by each */
+    uint64_t cell_op;       /* the last op that wrote my cells (0: none) */
     size_t chunk;           /* bytes of a cell */
     unsigned char *tmp;     /* single-copy allreduce: 2 slices' scratch (one op at a time) */
     size_t tmp_len;
