@@ -251,7 +251,7 @@ void tw_coll_reap_sends(tw_coll_t *coll)
     tw_completion_t c[32];
     int n;
 
-    while ((n = tw_cq_poll(coll->send_cq, c, (int)TW_ARRAY_SIZE(c))) > 0) {
+    while ((n = tw_cq_take(coll->send_cq, c, (int)TW_ARRAY_SIZE(c))) > 0) {
         for (int i = 0; i < n; i++) {
             tw_coll_stage_t *s = c[i].user;
             if (s != NULL) {

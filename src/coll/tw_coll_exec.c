@@ -117,7 +117,7 @@ tw_status_t tw_coll_exec(tw_coll_op_t *op, const tw_completion_t *c, int n)
     for (int i = 0; i < n; i++) {
         tw_exec_complete(op, &c[i]);
     }
-    while ((n = tw_cq_poll(g->cq, more, (int)TW_ARRAY_SIZE(more))) > 0) {
+    while ((n = tw_cq_take(g->cq, more, (int)TW_ARRAY_SIZE(more))) > 0) {
         for (int i = 0; i < n; i++) {
             tw_exec_complete(op, &more[i]);
         }
@@ -164,7 +164,7 @@ tw_status_t tw_coll_exec(tw_coll_op_t *op, const tw_completion_t *c, int n)
             break;
         case TW_ACT_WAIT:
             if (!op->acts[a->wait].done) {
-                n = tw_cq_poll(g->cq, more, (int)TW_ARRAY_SIZE(more));
+                n = tw_cq_take(g->cq, more, (int)TW_ARRAY_SIZE(more));
                 for (int i = 0; i < n; i++) {
                     tw_exec_complete(op, &more[i]);
                 }

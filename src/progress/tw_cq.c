@@ -481,7 +481,7 @@ void tw_cq_push(tw_cq_t *cq, const tw_completion_t *c)
 }
 
 /* Take up to @p max records (arguments checked by the caller). */
-static int tw_cq_take(tw_cq_t *cq, tw_completion_t *out, int max)
+int tw_cq_take(tw_cq_t *cq, tw_completion_t *out, int max)
 {
     int n = 0;
 

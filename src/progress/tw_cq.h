@@ -62,6 +62,11 @@ void tw_cq_unreserve(tw_cq_t *cq);
 /** Deliver a completion against an earlier reservation; wakes waiters only
  * if one is announced. Thread: any. */
 void tw_cq_push(tw_cq_t *cq, const tw_completion_t *c);
+/** Take up to @p max completions the CQ holds now: tw_cq_poll without
+ * driving progress when it is empty (and without counting it as an
+ * empty poll). For the library's own looks at a CQ it will wait on
+ * anyway. Thread: any. */
+int tw_cq_take(tw_cq_t *cq, tw_completion_t *out, int max);
 
 /** A batch of pushes on this thread: between begin and end, a push that
  * finds a waiter leaves the futex wake-up (and its own "done" mark) for
