@@ -23,12 +23,16 @@
 #            1 KiB, 64 KiB, 1 MiB; reduce at 8 B and 64 KiB.
 #   over     the same rows, 4 processes on the 2 cores (oversubscribed),
 #            pinned 2 per core alike (mpirun --map-by core:OVERSUBSCRIBE
-#            --bind-to core:overload-allowed).
+#            --bind-to core:overload-allowed); and a second table of whole
+#            iterations (the collective and the barrier after it: the
+#            loop's throughput; the latency of one collective there says
+#            as much about where a library makes its members wait).
 #   threads  -t 2: two threads per process, each on its own communicator
 #            (MPI_Comm_dup, MPI_THREAD_MULTIPLE) or group (tw_group_create);
 #            the aggregate rate of a process beside its one-thread rate,
-#            both in runs of 20000 iterations (500 at 64 KiB), long enough
-#            for the threads' turns on a core. Both threads of a process
+#            threadwire in runs of 500000 iterations (20000 at 64 KiB),
+#            Open MPI in runs of 20000 (500), long enough for the threads'
+#            turns on a core. Both threads of a process
 #            share its core. Open MPI tuned
 #            is bimodal there: in some runs one thread takes ms per
 #            collective (its partner's core is busy with the other thread;
@@ -93,13 +97,15 @@ declare -A name=([tuned]="OMPI tuned" [sm]="OMPI sm" [tw]=threadwire)
 
 declare -A r
 # record KEY: the lines of a run on stdin; per size, its average latency,
-# rate and overlap appended to r[KEY.SIZE.lat|rate|ovl].
+# rate, whole-iteration time and overlap appended to
+# r[KEY.SIZE.lat|rate|loop|ovl].
 record() {
-  local tag size avg rate ovl
-  while IFS=, read -r tag _ _ size _ _ _ avg _ _ rate _ _ ovl; do
+  local tag size avg rate loop ovl
+  while IFS=, read -r tag _ _ size _ _ _ avg _ _ rate loop _ ovl; do
     [ "$tag" = coll ] || continue
     r[$1.$size.lat]+="$avg "
     r[$1.$size.rate]+="$rate "
+    r[$1.$size.loop]+="$loop "
     r[$1.$size.ovl]+="$ovl "
   done
 }
@@ -155,11 +161,18 @@ for rep in $(seq "$reps"); do
           run "$sec" "$impl" $n -c barrier
           for op in bcast allreduce reduce; do run "$sec" "$impl" $n -c $op "${sweep[@]}"; done ;;
         threads)
-          # Longer runs than pin's: the threads take turns on a core for ms.
+          # Longer runs than pin's: the threads take turns on a core for
+          # ms, so a run must span many turns -- threadwire's 20000 small
+          # collectives took 4 ms, and its 2-thread/1-thread ratio then
+          # went from 0.45 to 2.1 between runs. Open MPI keeps the shorter
+          # runs: with two threads tuned starves for ms per collective
+          # (20000 take minutes). Each ratio is within one library.
+          small=20000 big=500
+          [ "$impl" != tw ] || small=500000 big=20000
           for t in 1 2; do
-            run threads$t "$impl" 2 -c barrier -t $t -i 20000
-            run threads$t "$impl" 2 -c allreduce -m 8:8 -t $t -i 20000
-            run threads$t "$impl" 2 -c allreduce -m 64k:64k -t $t -i 500
+            run threads$t "$impl" 2 -c barrier -t $t -i $small
+            run threads$t "$impl" 2 -c allreduce -m 8:8 -t $t -i $small
+            run threads$t "$impl" 2 -c allreduce -m 64k:64k -t $t -i $big
           done ;;
         overlap)
           run overlap "$impl" 2 -c iallreduce -m 64k:64k
@@ -200,13 +213,15 @@ row() {
   for i in "${cols[@]}"; do [ "$i" = tw ] || printf ' %9s' "$(ratio "$t" "${val[$i]}")"; done
   echo
 }
-# The latency rows of pin, over, cluster2 and cluster4.
-lat_rows() { # SEC
-  row "barrier, us" "$1.IMPL.barrier.0.lat"
+# The latency rows of pin, over, cluster2 and cluster4 (METRIC: lat, or
+# loop for whole iterations).
+lat_rows() { # SEC [METRIC]
+  local x=${2:-lat}
+  row "barrier, us" "$1.IMPL.barrier.0.$x"
   for op in bcast allreduce; do
-    for b in 8 64 1024 65536 1048576; do row "$op $(sz $b), us" "$1.IMPL.$op.$b.lat"; done
+    for b in 8 64 1024 65536 1048576; do row "$op $(sz $b), us" "$1.IMPL.$op.$b.$x"; done
   done
-  for b in 8 65536; do row "reduce $(sz $b), us" "$1.IMPL.reduce.$b.lat"; done
+  for b in 8 65536; do row "reduce $(sz $b), us" "$1.IMPL.reduce.$b.$x"; done
 }
 
 for sec in $sections; do
@@ -217,7 +232,9 @@ for sec in $sections; do
       lat_rows pin ;;
     over)
       header "4 processes on 2 cores (oversubscribed, 2 per core): latency"
-      lat_rows over ;;
+      lat_rows over
+      header "4 processes on 2 cores: whole iterations (the collective + a barrier)"
+      lat_rows over loop ;;
     threads)
       header "-t 2: aggregate rate of a process, k collectives/s (long runs)"
       for b in 0 8 65536; do

@@ -5,7 +5,8 @@
 # for a few iterations (a sweep of 8 B .. 1 KiB, one barrier row), -t 2
 # (a group per thread), iallreduce with probes (overlap columns), a job of
 # one; each output line well-formed (coll_bench.h's format: 14
-# comma-separated fields, numeric but for the three '-' of blocking rows),
+# comma-separated fields, numeric but for the two '-' of blocking rows,
+# whose whole iteration takes at least the collective's time),
 # the row count per sweep, usage errors exit 2.
 #   tw_coll_perf_test.sh TW_COLL_PERF TWRUN
 set -euo pipefail
@@ -29,7 +30,9 @@ check() {
       if (NF != 14 || $1 != "coll" || $2 != "tw" || $3 != op || $5 != p || $6 != t) exit 1
       for (i = 7; i <= 11; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) exit 1
       if ($8 <= 0 || $9 > $8 + 0.001 || $10 < $8 - 0.001 || $11 <= 0) exit 1
-      for (i = 12; i <= 14; i++)
+      if ($12 !~ /^[0-9]+(\.[0-9]+)?$/) exit 1
+      if (op != "iallreduce" && $12 < $8 - 0.001) exit 1 # a whole iteration holds the collective
+      for (i = 13; i <= 14; i++)
         if (op == "iallreduce" ? $i !~ /^[0-9]+(\.[0-9]+)?$/ : $i != "-") exit 1
       n++
     }

@@ -21,7 +21,7 @@
  * One line per size on rank 0's stdout:
  *   coll,mpi,OP,BYTES,PROCS,THREADS,ITERS,AVG_US,MIN_US,MAX_US,RATE_KOPS,
  *   OVERALL_US,COMPUTE_US,OVERLAP_PCT
- * ('#' lines are comments; the last three are '-' except for iallreduce).
+ * ('#' lines are comments; coll_bench.h says what each field holds).
  * Build: mpicc -O2 -o mpi_coll tools/bench-peers/mpi_coll.c -lpthread
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, posix_memalign, pthread barriers */

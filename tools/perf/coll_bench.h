@@ -40,10 +40,16 @@
  * and MAX_US the smallest and largest of those means. RATE_KOPS is the
  * aggregate rate of a process, in thousands of collectives per second: the
  * sum over its threads of 1 / (that thread's latency averaged over the
- * processes) -- with one thread, 1000 / AVG_US. The last three are "-"
- * except for iallreduce: the mean time of post + compute + wait, of the
- * computation (tests excluded), and the overlap in percent; AVG_US is then
- * the pure collective's.
+ * processes) -- with one thread, 1000 / AVG_US. For iallreduce the last
+ * three are the mean time of post + compute + wait, of the computation
+ * (tests excluded), and the overlap in percent; AVG_US is then the pure
+ * collective's. Otherwise OVERALL_US is the mean time of a whole
+ * iteration -- the collective and the barrier after it, averaged like
+ * AVG_US -- and the other two are "-". Where a library makes its members
+ * wait, in the collective or in the barrier after it, moves time between
+ * the two: on an oversubscribed node AVG_US says much about that (a bcast
+ * root that only pushes its data returns at once, and its receivers find
+ * it there), OVERALL_US is the loop's throughput.
  * Exit status: 0; 1 a failed call or a wrong result (the job stops);
  * 2 a usage error.
  */
@@ -128,8 +134,9 @@ static void cb_usage(FILE *out, const char *prog, const char *launch)
             "Output: '#' comment lines, then one line per size:\n"
             "  coll,IMPL,OP,BYTES,PROCS,THREADS,ITERS,AVG_US,MIN_US,MAX_US,RATE_KOPS,\n"
             "  OVERALL_US,COMPUTE_US,OVERLAP_PCT\n"
-            "(the last three '-' except for iallreduce; the header of coll_bench.h has\n"
-            "the details).\n",
+            "(OVERALL_US: a whole iteration, the collective and the barrier after it;\n"
+            "the last two '-' except for iallreduce, where the three are its overlap\n"
+            "figures; the header of coll_bench.h has the details).\n",
             prog, launch, CB_LARGE, CB_LARGE, CB_MAX_THREADS);
 }
 
@@ -364,10 +371,13 @@ static double cb_loop(cb_thread_t *t, size_t bytes, long iters, long warmup)
 {
     const cb_ops_t *ops = t->sh->ops;
     cb_coll_t c = t->sh->o->coll;
-    double total = 0;
+    double total = 0, start = 0;
 
     for (long i = 0; i < warmup + iters; i++) {
         double t0 = cb_now_us();
+        if (i == warmup) {
+            start = t0;
+        }
         if (ops->coll(t->h, c, t->sbuf, t->rbuf, bytes) != 0) {
             cb_fail(ops, cb_coll_names[c]);
         }
@@ -379,6 +389,7 @@ static double cb_loop(cb_thread_t *t, size_t bytes, long iters, long warmup)
             cb_fail(ops, "barrier");
         }
     }
+    t->overall_us = (cb_now_us() - start) / (double)iters; /* whole iterations */
     return total / (double)iters;
 }
 
@@ -522,7 +533,7 @@ static int cb_report(const cb_shared_t *sh, const cb_thread_t *ts)
         double ov = avg > 0 ? 100 - (overall - comp) / avg * 100 : 0;
         printf(",%.3f,%.3f,%.1f\n", overall, comp, ov < 0 ? 0 : ov > 100 ? 100 : ov);
     } else {
-        printf(",-,-,-\n");
+        printf(",%.3f,-,-\n", sum[n] / (p * n));
     }
     fflush(stdout);
     return 0;
