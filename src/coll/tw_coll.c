@@ -45,7 +45,8 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
      .defval = "20us",
      .help = "collectives: how long a blocking collective spins on shared memory before it "
              "yields the CPU (for 1 ms), then sleeps on a futex; no spinning when the node's "
-             "ranks outnumber its CPUs",
+             "ranks outnumber its CPUs, and none for the next 8 waits after a spin that ran "
+             "out (the machine may be busier than the node's count shows)",
      .offset = offsetof(tw_coll_cfg_t, spin_ns)},
     {.name = "TW_COLL_CMA",
      .type = TW_CFG_SIZE,

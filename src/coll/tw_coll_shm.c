@@ -50,6 +50,9 @@
 
 /* ---- waiting and waking -------------------------------------------------- */
 
+/* Waits that yield at once after one whose spin (TW_COLL_SPIN) ran out. */
+#define TW_CSHM_SPIN_SKIP 8u
+
 /*
  * Publish @p v in @p w and wake its sleepers, if the slot set has any.
  * A release store and a plain load, no fence between them: a seq_cst
@@ -129,6 +132,7 @@ static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *
      * look after 32, ~1 us); none when we yield at once (256 pauses are
      * ~10 us, several handoffs). */
     unsigned mask = spin_ns == 0 ? 0 : 255;
+    bool adaptive = false; /* this wait may find spinning in vain */
 
     for (unsigned polls = 1;; polls++) {
         if (atomic_load_explicit(w, memory_order_relaxed) >= target) {
@@ -161,14 +165,31 @@ static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *
              * line back.) */
             start = now;
             if (atomic_fetch_add_explicit(&node->waiters, 1, memory_order_relaxed) + 1 >
-                    node->cpus &&
-                g->my_local != 0) {
+                node->cpus) {
+                if (g->my_local != 0) {
+                    spin_ns = 0;
+                    mask = 0;
+                }
+            } else if (b->spin_skip > 0) {
+                /* Spins ended in vain lately: yield from the start. */
+                b->spin_skip--;
                 spin_ns = 0;
                 mask = 0;
+            } else {
+                adaptive = spin_ns > 0;
             }
         }
         if (now - start < spin_ns) {
             continue; /* spin */
+        }
+        if (adaptive) {
+            /* The spin did not pay: the one we wait for runs late, or
+             * off-CPU (ranks outnumber the cores where the node's count
+             * cannot show it: emulated nodes on one machine, other
+             * jobs). The next waits yield at once, as MPI's
+             * yield-when-idle does, until one spins again. */
+            adaptive = false;
+            b->spin_skip = TW_CSHM_SPIN_SKIP;
         }
         if (now - start < spin_ns + 1000000u) {
             sched_yield(); /* let whoever shares this core run */

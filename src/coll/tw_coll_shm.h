@@ -120,6 +120,7 @@ typedef struct tw_cshm_bind {
     unsigned char **cells;  /* [g->nlocal] each member's ring */
     uint64_t *seen;         /* [g->nlocal] last op known finished by each */
     uint64_t cell_op;       /* the last op that wrote my cells (0: none) */
+    unsigned spin_skip;     /* waits left that yield at once (a spin ran out) */
     size_t chunk;           /* bytes of a cell */
     unsigned char *tmp;     /* single-copy allreduce: 2 slices' scratch (one op at a time) */
     size_t tmp_len;
