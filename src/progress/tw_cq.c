@@ -92,6 +92,7 @@
 #include "core/tw_stats.h"
 #include "core/tw_time.h"
 #include "progress/tw_cq.h"
+#include "progress/tw_pe.h"
 #include "progress/tw_ring.h"
 
 TW_RING_DEFINE(cqe, tw_completion)
@@ -569,6 +570,9 @@ static void tw_cq_futex_wait(tw_cq_t *cq, unsigned seq, uint64_t deadline)
 /* Announce, re-poll, sleep: until a completion or @p deadline. */
 static int tw_cq_wait_block(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t deadline)
 {
+    if (cq->poll_fn != NULL) {
+        tw_pe_lease_end(); /* the engines we polled watch their fds again */
+    }
     for (;;) {
         unsigned seq = atomic_load_explicit(&cq->wake_seq, memory_order_acquire);
         int n;
@@ -657,6 +661,7 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
         tw_cq_batch_flush(NULL);
     }
     deadline = tw_deadline_ms(timeout_ms);
+    tw_pe_lease_forget(); /* what this thread polled before its wait */
     if (cq->progress_fn != NULL) {
         if (timeout_ms == 0) {
             (void)cq->progress_fn(cq->progress_arg);

@@ -76,6 +76,8 @@ TW_RING_DEFINE(cmd, tw_pe_cmd)
 #define TW_PE_WATCH_TAG       UINT64_MAX /* epoll data of watched fds */
 #define TW_PE_MAX_WORDS       4
 #define TW_PE_EPOLL_EVENTS    (TW_PE_MAX_FNS + 1)
+#define TW_PE_LEASE_NS        200000u /* a worker's poll keeps the engine aside this long */
+#define TW_PE_LEASED_MAX      4       /* engines one thread leases during one wait */
 
 static const tw_stat_desc_t tw_pe_stat_descs[TW_PE_STAT_COUNT] = {
     [TW_PE_STAT_LOOPS] = {.name = "loops", .kind = TW_STAT_COUNTER},
@@ -118,6 +120,12 @@ struct tw_pe {
      * of a spinning engine would otherwise load 16 lanes' tails). */
     atomic_uint cmds_pending TW_ALIGNED(TW_CACHELINE);
 
+    /* Until when (tw_time_ns) waiting workers poll this engine's
+     * transports for themselves (tw_pe_lease; 0: nobody), and 1 while the
+     * thread sleeps aside from those transports' fds meanwhile. */
+    _Atomic uint64_t lease TW_ALIGNED(TW_CACHELINE);
+    atomic_uint aside;
+
     /* Immutable after tw_pe_start (fns: written by the creator before). */
     int doorbell_fd TW_ALIGNED(TW_CACHELINE);
     int epoll_fd;
@@ -132,7 +140,8 @@ struct tw_pe {
     unsigned nwords;
     _Atomic uint32_t *words[TW_PE_MAX_WORDS]; /* mirrors of `sleeping` */
     bool workers_poll;                        /* adaptive: sleep at once when idle */
-    uint64_t wakeups;                         /* lock holder only */
+    int aside_fd;     /* epoll set of the doorbell and the functions' fds, no watched fd */
+    uint64_t wakeups; /* lock holder only */
     uint64_t pass_ns; /* lock holder only: the coarse clock at the pass's start */
     /* Passes and their events: written by the lock holder only (no
      * atomic add on every pass of a spinning engine), summed into the
@@ -466,35 +475,56 @@ void tw_pe_wake(tw_pe_t *pe)
 
 /* ---- the progress thread ------------------------------------------------ */
 
-/* The flag, and its mirrors in shared memory that other processes read
- * before they wake us through a watched fd. */
-static void tw_pe_set_sleeping(tw_pe_t *pe, uint32_t v)
+/* The flag, and (but aside) its mirrors in shared memory that other
+ * processes read before they wake us through a watched fd. */
+static void tw_pe_set_sleeping(tw_pe_t *pe, uint32_t v, bool aside)
 {
     atomic_store_explicit(&pe->sleeping, v, memory_order_seq_cst);
-    for (unsigned i = 0; i < pe->nwords; i++) {
+    atomic_store_explicit(&pe->aside, v & aside, memory_order_seq_cst);
+    for (unsigned i = 0; i < pe->nwords && !aside; i++) {
         atomic_store_explicit(pe->words[i], v, memory_order_seq_cst);
     }
 }
 
 /* Announce, look once more, sleep in epoll. Called with the lock held;
- * returns with it held. */
-static void tw_pe_sleep_locked(tw_pe_t *pe)
+ * returns with it held. @p aside (workers poll our transports: see
+ * tw_pe_lease): sleep until the lease ends at the latest, on the
+ * doorbell and the functions' fds (timers) only, not on the watched fds
+ * (sockets, pidfds) the workers take in -- each arrival there would wake
+ * us to find it taken, on a CPU the worker needs -- and not mirrored into
+ * the shared sleep words (the workers poll shared memory too). The
+ * lease's end rings the doorbell after a look at `aside` (Dekker). */
+static void tw_pe_sleep_locked(tw_pe_t *pe, bool aside)
 {
     struct epoll_event ev[TW_PE_EPOLL_EVENTS];
+    uint64_t until = 0, now = 0;
     int n;
 
-    tw_pe_set_sleeping(pe, 1);
+    tw_pe_set_sleeping(pe, 1, aside);
     /* Store sleeping / load p_tail: the owner half of the Dekker pair. */
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&pe->stop, memory_order_acquire) != 0 || tw_pe_run_locked(pe) > 0) {
-        tw_pe_set_sleeping(pe, 0);
+    if (aside) {
+        now = tw_time_ns();
+        until = atomic_load_explicit(&pe->lease, memory_order_relaxed);
+    }
+    if (atomic_load_explicit(&pe->stop, memory_order_acquire) != 0 || (aside && until <= now) ||
+        tw_pe_run_locked(pe) > 0) {
+        tw_pe_set_sleeping(pe, 0, aside);
         return;
     }
     tw_stats_inc(pe->stats, TW_PE_STAT_SLEEPS);
     pe->wakeups++;
     tw_pe_unlock(pe);
-    n = epoll_wait(pe->epoll_fd, ev, TW_PE_EPOLL_EVENTS, TW_PE_SLEEP_MAX_MS);
-    tw_pe_set_sleeping(pe, 0);
+    if (aside) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)TW_MIN(until - now, 999999999u)};
+        n = epoll_pwait2(pe->aside_fd, ev, TW_PE_EPOLL_EVENTS, &ts, NULL);
+        if (n < 0 && errno == ENOSYS) {
+            n = epoll_wait(pe->aside_fd, ev, TW_PE_EPOLL_EVENTS, 1); /* before Linux 5.11 */
+        }
+    } else {
+        n = epoll_wait(pe->epoll_fd, ev, TW_PE_EPOLL_EVENTS, TW_PE_SLEEP_MAX_MS);
+    }
+    tw_pe_set_sleeping(pe, 0, aside);
     if (n < 0 && errno != EINTR) {
         tw_warn("progress", "epoll_wait on progress engine %s failed: %m", pe->name);
     }
@@ -504,6 +534,14 @@ static void tw_pe_sleep_locked(tw_pe_t *pe)
         }
     }
     tw_pe_lock_wait(pe);
+}
+
+/* True when waiting workers poll @p pe's transports (tw_pe_lease). */
+static bool tw_pe_leased(tw_pe_t *pe)
+{
+    uint64_t until = atomic_load_explicit(&pe->lease, memory_order_relaxed);
+
+    return pe->workers_poll && pe->wait_mode != TW_WAIT_SPIN && until != 0 && until > tw_time_ns();
 }
 
 static void tw_pe_thread_setup(tw_pe_t *pe)
@@ -551,7 +589,8 @@ static void *tw_pe_thread_main(void *arg)
             tw_backoff_reset(&b);
             continue;
         }
-        switch (pe->wait_mode) {
+        bool aside = tw_pe_leased(pe);
+        switch (aside ? TW_WAIT_BLOCK : pe->wait_mode) {
         case TW_WAIT_SPIN:
             /* Never sleeps, but yields: a spinner may share its core
              * with the very thread it waits for. */
@@ -589,14 +628,20 @@ static void *tw_pe_thread_main(void *arg)
                 tw_spin_slot_put();
                 spinning = false;
             }
-            tw_pe_sleep_locked(pe);
+            tw_pe_sleep_locked(pe, false);
             idle_since = 0;
             tw_backoff_reset(&b);
             break;
         }
         case TW_WAIT_BLOCK:
         default:
-            tw_pe_sleep_locked(pe);
+            if (spinning) { /* adaptive, leased meanwhile */
+                tw_spin_slot_put();
+                spinning = false;
+            }
+            tw_pe_sleep_locked(pe, aside);
+            idle_since = 0;
+            tw_backoff_reset(&b);
             break;
         }
     }
@@ -639,6 +684,9 @@ tw_status_t tw_pe_create(const tw_pe_params_t *params, tw_pe_t **pe_p)
     atomic_init(&pe->sleeping, 0);
     atomic_init(&pe->cmds_pending, 0);
     atomic_init(&pe->stop, 0);
+    atomic_init(&pe->lease, 0);
+    atomic_init(&pe->aside, 0);
+    pe->aside_fd = -1;
     atomic_init(&pe->ready, 0);
     atomic_init(&pe->tid, 0);
     pe->thread = params->thread;
@@ -678,8 +726,10 @@ tw_status_t tw_pe_create(const tw_pe_params_t *params, tw_pe_t **pe_p)
         st = TW_ERR_TRANSPORT;
         goto err_doorbell;
     }
-    if (epoll_ctl(pe->epoll_fd, EPOLL_CTL_ADD, pe->doorbell_fd, &ev) != 0) {
-        tw_error("progress", "epoll_ctl(doorbell) for progress engine %s failed: %m", name);
+    pe->aside_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (pe->aside_fd < 0 || epoll_ctl(pe->epoll_fd, EPOLL_CTL_ADD, pe->doorbell_fd, &ev) != 0 ||
+        epoll_ctl(pe->aside_fd, EPOLL_CTL_ADD, pe->doorbell_fd, &ev) != 0) {
+        tw_error("progress", "epoll set of progress engine %s: %m", name);
         st = TW_ERR_TRANSPORT;
         goto err_epoll;
     }
@@ -687,6 +737,9 @@ tw_status_t tw_pe_create(const tw_pe_params_t *params, tw_pe_t **pe_p)
     return TW_OK;
 
 err_epoll:
+    if (pe->aside_fd >= 0) {
+        close(pe->aside_fd);
+    }
     close(pe->epoll_fd);
 err_doorbell:
     close(pe->doorbell_fd);
@@ -716,7 +769,8 @@ tw_status_t tw_pe_add(tw_pe_t *pe, tw_pe_fn_t fn, void *arg, int fd)
     }
     if (fd >= 0) {
         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = pe->nfns + 1};
-        if (epoll_ctl(pe->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        if (epoll_ctl(pe->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0 ||
+            epoll_ctl(pe->aside_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             tw_error("progress", "epoll_ctl(fd %d) for progress engine %s failed: %m", fd,
                      pe->name);
             return TW_ERR_TRANSPORT;
@@ -776,6 +830,57 @@ tw_status_t tw_pe_workers_poll(tw_pe_t *pe)
     }
     pe->workers_poll = true;
     return TW_OK;
+}
+
+/* The engines this thread leased during its current wait. */
+static TW_TLS tw_pe_t *tw_pe_leased_by_me[TW_PE_LEASED_MAX];
+static TW_TLS unsigned tw_pe_nleased;
+
+void tw_pe_lease(tw_pe_t *pe)
+{
+    uint64_t until, cur;
+    unsigned i;
+
+    if (!pe->workers_poll || !pe->thread) {
+        return;
+    }
+    until = tw_time_ns() + TW_PE_LEASE_NS;
+    cur = atomic_load_explicit(&pe->lease, memory_order_relaxed);
+    if (until > cur + TW_PE_LEASE_NS / 4) { /* a store per quarter lease, not per poll */
+        atomic_store_explicit(&pe->lease, until, memory_order_relaxed);
+    }
+    for (i = 0; i < tw_pe_nleased && tw_pe_leased_by_me[i] != pe; i++) {
+    }
+    if (i == tw_pe_nleased && i < TW_PE_LEASED_MAX) {
+        tw_pe_leased_by_me[tw_pe_nleased++] = pe;
+    }
+}
+
+void tw_pe_lease_forget(void)
+{
+    tw_pe_nleased = 0;
+}
+
+void tw_pe_lease_break(tw_pe_t *pe)
+{
+    if (atomic_load_explicit(&pe->lease, memory_order_relaxed) == 0) {
+        return;
+    }
+    atomic_store_explicit(&pe->lease, 0, memory_order_seq_cst);
+    /* Store lease / load aside: the other half of tw_pe_sleep_aside's. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&pe->aside, memory_order_relaxed) != 0) {
+        tw_stats_inc(pe->stats, TW_PE_STAT_DOORBELL);
+        tw_pe_ring_doorbell(pe);
+    }
+}
+
+void tw_pe_lease_end(void)
+{
+    for (unsigned i = 0; i < tw_pe_nleased; i++) {
+        tw_pe_lease_break(tw_pe_leased_by_me[i]);
+    }
+    tw_pe_nleased = 0;
 }
 
 uint64_t tw_pe_wakeups(const tw_pe_t *pe)
@@ -845,6 +950,7 @@ void tw_pe_destroy(tw_pe_t *pe)
     }
 
     close(pe->epoll_fd);
+    close(pe->aside_fd);
     close(pe->doorbell_fd);
     tw_stats_destroy(pe->stats);
     for (unsigned i = 0; i < TW_PE_LANES; i++) {

@@ -91,6 +91,25 @@ tw_status_t tw_pe_add_sleep_word(tw_pe_t *pe, void *word /* _Atomic uint32_t * *
  * Only before tw_pe_start. */
 tw_status_t tw_pe_workers_poll(tw_pe_t *pe);
 
+/** Leases. A waiting worker that has just polled @p pe's transports
+ * for itself (under its try-lock) calls tw_pe_lease: for the next 200 us
+ * the thread, when idle, sleeps aside -- on its doorbell and timers, not
+ * on the transports' fds, whose arrivals the worker takes in (each would
+ * otherwise wake the thread, on the CPU the worker needs, to find the
+ * data gone). Spin mode ignores leases; manual mode has no thread.
+ * tw_pe_lease_end ends the leases the calling thread took since its last
+ * tw_pe_lease_forget (a waiter about to sleep: from then on the thread
+ * watches the fds again); tw_pe_lease_forget drops that record without
+ * touching the engines (a wait begins: those the thread polled before
+ * may be gone). Thread: any. */
+void tw_pe_lease(tw_pe_t *pe);
+void tw_pe_lease_end(void);
+void tw_pe_lease_forget(void);
+/** End @p pe's lease, whoever took it: the engine must watch its fds
+ * again (a socket waits for room, which only the engine's epoll sees).
+ * A load when there is none. Thread: any. */
+void tw_pe_lease_break(tw_pe_t *pe);
+
 /** How many times the engine went to sleep; a progress function that sees
  * it change knows an fd may have woken it (drain sockets, check pidfds).
  * Thread: owner. */

@@ -441,7 +441,8 @@ static int tw_shm_rx_peer(tw_shm_iface_t *shm, tw_shm_peer_t *p, bool inline_onl
         const char *why = "corrupt or unexpected ring cell";
         int rc = tw_shm_rx_cell(shm, p, c, inline_only, &why);
         if (rc == TW_SHM_RX_STOP) {
-            break; /* the engine takes it, in order */
+            tw_pe_wake(shm->super.pe); /* sleeping aside, it would not look */
+            break;                     /* the engine takes it, in order */
         }
         if (rc == TW_SHM_RX_BAD) {
             tw_shm_fail_peer(shm, p->rank, why);
@@ -527,6 +528,7 @@ static int tw_shm_poll_locked(void *arg)
     shm->in_poll = true;
     n = tw_shm_rx_all(shm, true);
     shm->in_poll = false;
+    tw_pe_lease(shm->super.pe);
     return n;
 }
 

@@ -143,6 +143,9 @@ void tw_tcp_conn_close(tw_tcp_conn_t *c)
     if (lane->pe != NULL) {
         tw_pe_unwatch(lane->pe, c->fd);
     }
+    if (c->want_out) {
+        lane->nwant_out--;
+    }
     close(c->fd);
     if (c->in != NULL) {
         tw_free(c->in, c->in_cap);
@@ -160,7 +163,11 @@ void tw_tcp_want_out(tw_tcp_conn_t *c, bool on)
     }
     if (c->want_out != on && c->lane->pe != NULL) {
         c->want_out = on;
+        c->lane->nwant_out = on ? c->lane->nwant_out + 1 : c->lane->nwant_out - 1;
         (void)tw_pe_watch_out(c->lane->pe, c->fd, on);
+        if (on) {
+            tw_pe_lease_break(c->lane->pe); /* only its epoll sees the room */
+        }
     }
 }
 

@@ -189,6 +189,7 @@ struct tw_tcp_lane {
     uint64_t last_tick;                      /* engine or try-lock holder */
     tw_tcp_conn_t *handshaking;              /* engine or try-lock holder */
     tw_tcp_ep_t *dirty;                      /* engine or try-lock holder */
+    unsigned nwant_out; /* conns waiting for room (the engine's epoll); engine or try-lock holder */
     unsigned nconns;    /* open connections (any state); engine or try-lock holder */
     uint64_t last_loop; /* engine or try-lock holder */
     /* Callbacks that did work in this pass (progress returns it); engine

@@ -252,6 +252,11 @@ static int tw_tcp_lane_poll(void *arg)
     lane->in_worker = true;
     events = tw_tcp_lane_progress(lane);
     lane->in_worker = false;
+    if (lane->dirty == NULL && lane->nwant_out == 0 && lane->handles.next == &lane->handles) {
+        /* Nothing outbound nor half-received: its thread need not watch
+         * the sockets while workers poll them. */
+        tw_pe_lease(lane->pe);
+    }
     return events;
 }
 
