@@ -867,7 +867,7 @@ void tw_pe_lease_break(tw_pe_t *pe)
         return;
     }
     atomic_store_explicit(&pe->lease, 0, memory_order_seq_cst);
-    /* Store lease / load aside: the other half of tw_pe_sleep_aside's. */
+    /* Store lease / load aside: against tw_pe_sleep_locked's (aside). */
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&pe->aside, memory_order_relaxed) != 0) {
         tw_stats_inc(pe->stats, TW_PE_STAT_DOORBELL);

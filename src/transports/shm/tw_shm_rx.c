@@ -528,7 +528,9 @@ static int tw_shm_poll_locked(void *arg)
     shm->in_poll = true;
     n = tw_shm_rx_all(shm, true);
     shm->in_poll = false;
-    tw_pe_lease(shm->super.pe);
+    /* No lease (tw_pe_lease) from here: shm wakes a sleeping engine only
+     * through the sleep words, and with it a poll loop of 2 pinned
+     * processes went from 0.24-0.26 to 0.34-0.56 us (tw_perf -l poll). */
     return n;
 }
 
