@@ -82,6 +82,14 @@ tw_status_t tw_rel_tx_ctrl(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint8_t ty
     tw_rel_hdr_t h;
     tw_status_t st;
 
+    if (p->closing) {
+        /* It closed a path cleanly: it is past its quiesce and waits for
+         * no ack, and the path left may be a dial it refuses. What it
+         * still sends is taken in, unacknowledged. */
+        p->ack_owed = 0;
+        p->ack_due = 0;
+        return TW_OK;
+    }
     if (g < 0) {
         g = (p->paths_up >> p->rx_path & 1) ? p->rx_path : tw_rel_cur_path(p);
     }

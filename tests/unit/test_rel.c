@@ -40,6 +40,9 @@
  *                   its goodbye came: nothing more goes to it on any path,
  *                   and after a silent keepalive period what is left
  *                   fails, quietly;
+ *   closed_then_ack  (regression) a frame from a peer that closed a path
+ *                   cleanly arrives late: handed up, and no ack goes out
+ *                   on the path left (a dial the departed rank refuses);
  *   reenter         an arrival while the deliverer hands a message up:
  *                   queued, handed up after it;
  *   wrap            sequence numbers start 40 below 2^32, 5 % of frames
@@ -89,6 +92,7 @@ static const twt_case_t cases[] = {
     {"left_then_closed", case_left_then_closed},
     {"left_then_due", case_left_then_due},
     {"closed_before_bye", case_closed_before_bye},
+    {"closed_then_ack", case_closed_then_ack},
     {"reenter", case_reenter},
     {"wrap", case_wrap},
     {"corrupt", case_corrupt},

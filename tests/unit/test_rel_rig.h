@@ -77,6 +77,8 @@ typedef struct rel_rig {
     unsigned lose_permille, corrupt_permille;
     twt_fake_frame_t *kept[4];
     unsigned nkept;
+    int hold_src;      /* hold_data's rank */
+    unsigned hold_max; /* and how many of its data frames (<= 4) */
 } rel_rig_t;
 
 extern rel_rig_t rig;
@@ -129,6 +131,7 @@ void case_far_stale(void);
 void case_left_then_closed(void);
 void case_left_then_due(void);
 void case_closed_before_bye(void);
+void case_closed_then_ack(void);
 void case_reenter(void);
 void case_wrap(void);
 void case_corrupt(void);
