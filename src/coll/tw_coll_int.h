@@ -234,6 +234,10 @@ void tw_group_destroy_internal(tw_group_t *g);
 /** Build @p op's schedule from its arguments (kind, buffers, root) and
  * the group's layout. TW_ERR_NOMEM. */
 tw_status_t tw_coll_schedule(tw_coll_op_t *op);
+/** The schedule of @p op when it is one shared-memory step (a group on
+ * one node with a slot set; not a reduce's non-root, which reduces into
+ * scratch): *@p a, without building a list; false otherwise. */
+bool tw_coll_schedule_step(tw_coll_op_t *op, tw_coll_act_t *a);
 void tw_coll_op_release(tw_coll_op_t *op);
 /** Free what an operation keeps between uses (actions, scratch). */
 void tw_coll_op_free(tw_coll_op_t *op);

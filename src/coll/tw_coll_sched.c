@@ -468,6 +468,28 @@ static tw_status_t tw_sched_plan(const tw_coll_op_t *op, tw_sched_plan_t *p)
  * through it. One node: one step. Several: towards the representative,
  * the representatives point to point, back from it.
  */
+/* A group on one node: the whole operation is one step in its slot set,
+ * with the node's result (reduce: at the root) in @p acc. Written field
+ * by field: a struct built aside and copied is read back in wider loads
+ * than it was written with (store-forwarding stalls: 25 ns a barrier). */
+static void tw_sched_one_step(tw_coll_op_t *op, void *acc, tw_coll_act_t *a)
+{
+    static const uint8_t subs[] = {[TW_COLL_BARRIER] = TW_CSHM_BARRIER,
+                                   [TW_COLL_BCAST] = TW_CSHM_BCAST,
+                                   [TW_COLL_REDUCE] = TW_CSHM_REDUCE,
+                                   [TW_COLL_ALLREDUCE] = TW_CSHM_ALLREDUCE};
+    bool barrier = op->kind == TW_COLL_BARRIER, data_in = !barrier && op->kind != TW_COLL_BCAST;
+
+    memset(a, 0, sizeof(*a));
+    a->kind = TW_ACT_SHM;
+    a->sub = subs[op->kind];
+    a->peer = barrier ? 0 : op->root;
+    a->a = data_in ? op->sendbuf : NULL;
+    a->dst = barrier ? NULL : acc;
+    a->len = barrier ? 0 : op->count;
+    a->sn = ++op->g->shm_sn;
+}
+
 static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
 {
     tw_coll_op_t *op = s->op;
@@ -475,12 +497,21 @@ static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
     bool in_top = p->toppos >= 0, one = g->nnodes == 1;
     int lroot = one ? op->root : p->lroot;
 
+    if (one) {
+        void *acc = op->kind == TW_COLL_BARRIER ? NULL : op->recvbuf;
+        if (op->kind == TW_COLL_REDUCE || op->kind == TW_COLL_ALLREDUCE) {
+            acc = tw_sched_acc(s, NULL);
+        }
+        if (s->st == TW_OK) {
+            s->st = tw_sched_room(op, 1);
+        }
+        if (s->st == TW_OK) {
+            tw_sched_one_step(op, acc, &op->acts[op->nacts++]);
+        }
+        return;
+    }
     switch (op->kind) {
     case TW_COLL_BARRIER:
-        if (one) {
-            tw_sched_shm(s, TW_CSHM_BARRIER, 0, NULL, NULL, 0);
-            break;
-        }
         tw_sched_shm(s, TW_CSHM_FANIN, lroot, NULL, NULL, 0);
         if (in_top) {
             tw_sched_dissemination(s, p->top, p->ntop, p->toppos, p->base);
@@ -488,7 +519,7 @@ static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
         tw_sched_shm(s, TW_CSHM_FANOUT, lroot, NULL, NULL, 0);
         break;
     case TW_COLL_BCAST:
-        if (!one && in_top) {
+        if (in_top) {
             tw_sched_bcast_tree(s, p->top, p->ntop, p->toppos, g->node_idx[op->root], op->recvbuf,
                                 op->count, p->base);
         }
@@ -500,13 +531,8 @@ static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
         size_t bytes = op->count * tw_coll_dtype_size(op->dt);
         void *tmp = NULL;
         /* The node's result lands in acc at its representative. */
-        void *acc = tw_sched_acc(s, one ? NULL : &tmp);
+        void *acc = tw_sched_acc(s, &tmp);
         if (s->st != TW_OK) {
-            break;
-        }
-        if (one) {
-            tw_sched_shm(s, all ? TW_CSHM_ALLREDUCE : TW_CSHM_REDUCE, lroot, op->sendbuf, acc,
-                         op->count);
             break;
         }
         tw_sched_shm(s, TW_CSHM_REDUCE, lroot, op->sendbuf, acc, op->count);
@@ -524,13 +550,8 @@ static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
     }
 }
 
-tw_status_t tw_coll_schedule(tw_coll_op_t *op)
+static void tw_sched_reset(tw_coll_op_t *op)
 {
-    tw_group_t *g = op->g;
-    tw_sched_t s = {.op = op, .st = TW_OK, .esize = tw_coll_dtype_size(op->dt)};
-    tw_sched_plan_t p;
-    bool in_top;
-
     op->nacts = 0;
     op->cursor = 0;
     op->outstanding = 0;
@@ -538,6 +559,29 @@ tw_status_t tw_coll_schedule(tw_coll_op_t *op)
     op->send_blocked = false;
     op->shm_waiting = false;
     op->cs.pc = 0;
+}
+
+bool tw_coll_schedule_step(tw_coll_op_t *op, tw_coll_act_t *a)
+{
+    const tw_group_t *g = op->g;
+
+    if (g->shm.slot < 0 || g->nnodes != 1 || (op->count == 0 && op->kind != TW_COLL_BARRIER) ||
+        (op->kind == TW_COLL_REDUCE && g->me != op->root)) {
+        return false;
+    }
+    tw_sched_reset(op);
+    tw_sched_one_step(op, op->recvbuf, a);
+    return true;
+}
+
+tw_status_t tw_coll_schedule(tw_coll_op_t *op)
+{
+    tw_group_t *g = op->g;
+    tw_sched_t s = {.op = op, .st = TW_OK, .esize = tw_coll_dtype_size(op->dt)};
+    tw_sched_plan_t p;
+    bool in_top;
+
+    tw_sched_reset(op);
     if (op->count == 0 && op->kind != TW_COLL_BARRIER) {
         return TW_OK; /* nothing moves: every member agrees on that */
     }
