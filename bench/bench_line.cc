@@ -8,9 +8,11 @@
 //                     (the flat barrier of tw_coll_shm.c: one step)
 //   BM_line_pingpong  one stores, the other answers (a round trip: two
 //                     transfers one after the other, as a fan-in/fan-out)
-// The time of an iteration is what a 2-member barrier of that shape
-// cannot beat on this machine; BENCHMARKS.md sets tw_coll_perf's barrier
-// beside it. Needs 2 CPUs (skipped otherwise). For medians:
+// With threads, Google Benchmark divides the wall time by the iterations
+// of both threads together: a round takes twice the time it prints. That
+// doubled figure is what a 2-member barrier of that shape cannot beat on
+// this machine; BENCHMARKS.md sets tw_coll_perf's barrier beside it.
+// Needs 2 CPUs (skipped otherwise). For medians:
 //   bench_line --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 

@@ -406,6 +406,7 @@ static void tw_rel_take_path(tw_rel_t *rel, unsigned g, tw_tl_iface_t *iface,
     up.peer_down = tw_rel_peer_down_cb;
     up.peer_down_arg = &rel->paths[g];
     up.inline_am_ids = (iface->caps & TW_TL_CAP_INLINE_SEND) ? 0 : TW_REL_AM_MASK;
+    up.eager_am_ids = 0; /* rel sends frames of its own, never zero-copy */
     up.am_class = tw_rel_am_class;
     tw_tl_bind(iface, &up);
 }

@@ -26,6 +26,12 @@
  * across nodes took 2-4x longer while their messages waited for the
  * progress thread to wake. */
 #define TW_CTX_INLINE_AM_IDS (1ull << TW_MSG_AM_TAG | 1ull << TW_MSG_AM_COLL)
+/* The am ids whose large sends skip the rendezvous (tw_tl_params_t
+ * .eager_am_ids): collectives, whose receives are posted step by step
+ * and whose sends are few at a time per group. Over tcp between 2
+ * emulated nodes, allreduce 64 KiB took 194 us by rendezvous (RTS, CTS,
+ * DATA: each hop a wake-up) against 72 at once (Open MPI 67). */
+#define TW_CTX_EAGER_AM_IDS (1ull << TW_MSG_AM_COLL)
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
 
@@ -482,6 +488,27 @@ static void tw_ctx_teardown(tw_ctx_impl_t *impl)
     tw_free(impl, sizeof(*impl));
 }
 
+/* What the transports are opened with: this rank, engine 0, msg above. */
+static tw_tl_params_t tw_ctx_tl_params(tw_ctx_impl_t *impl)
+{
+    return (tw_tl_params_t){.rank = impl->rank,
+                            .size = impl->size,
+                            .pe = impl->pes[0],
+                            .pe_params = &impl->pe_params,
+                            .features = impl->cfg.reliable ? TW_TL_FEATURE_RELIABLE : 0,
+                            .recv = tw_msg_recv_cb,
+                            .recv_arg = impl->msg,
+                            .inline_am_ids = TW_CTX_INLINE_AM_IDS,
+                            .eager_am_ids = TW_CTX_EAGER_AM_IDS,
+                            .recv_rndv = tw_msg_rndv_cb,
+                            .peer_down = tw_ctx_peer_down,
+                            .peer_down_arg = impl,
+                            .job_key = impl->job_key,
+                            .node_of = impl->bs->node_of,
+                            .local_rank = impl->local_rank,
+                            .local_size = impl->local_size};
+}
+
 tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
 {
     tw_context_t *ctx;
@@ -536,21 +563,7 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
         goto err_shell;
     }
     impl->ctx = ctx;
-    tw_tl_params_t up = {.rank = impl->rank,
-                         .size = impl->size,
-                         .pe = impl->pes[0],
-                         .pe_params = &impl->pe_params,
-                         .features = impl->cfg.reliable ? TW_TL_FEATURE_RELIABLE : 0,
-                         .recv = tw_msg_recv_cb,
-                         .recv_arg = impl->msg,
-                         .inline_am_ids = TW_CTX_INLINE_AM_IDS,
-                         .recv_rndv = tw_msg_rndv_cb,
-                         .peer_down = tw_ctx_peer_down,
-                         .peer_down_arg = impl,
-                         .job_key = impl->job_key,
-                         .node_of = impl->bs->node_of,
-                         .local_rank = impl->local_rank,
-                         .local_size = impl->local_size};
+    tw_tl_params_t up = tw_ctx_tl_params(impl);
     st = tw_stack_build(impl, &up);
     /* The collectives before the exchange: the node's segment goes out
      * in the leader's address blob. */

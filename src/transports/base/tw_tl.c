@@ -329,12 +329,14 @@ void tw_tl_iface_bind(tw_tl_iface_t *iface, const tw_tl_params_t *up)
         tap->up_peer_down_arg = up->peer_down_arg;
         iface->recv_rndv = up->recv_rndv != NULL ? tw_tl_tap_recv_rndv : NULL;
         iface->inline_am_ids = up->inline_am_ids;
+        iface->eager_am_ids = up->eager_am_ids;
         iface->am_class = up->am_class;
         return;
     }
     iface->recv = up->recv;
     iface->recv_arg = up->recv_arg;
     iface->inline_am_ids = up->inline_am_ids;
+    iface->eager_am_ids = up->eager_am_ids;
     iface->am_class = up->am_class;
     iface->recv_rndv = up->recv_rndv;
     iface->peer_down = up->peer_down;

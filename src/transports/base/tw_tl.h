@@ -188,6 +188,11 @@ typedef struct tw_tl_params {
      * engine -- in send order, since one thread sends them one by one --
      * and a waiting worker may take them in (poll). */
     uint64_t inline_am_ids;
+    /* Bit i set: am_zcopy sends of am id i go at once, never announced
+     * for a rendezvous -- the layer above keeps few of them in flight
+     * and posts their receives early (collectives), so a round trip
+     * costs more than the receiver staging one that comes first. */
+    uint64_t eager_am_ids;
     /* am_class[i] (i < 64) is the tw_tl_frame_class_t of am id i (ids
      * >= 64 are data); NULL: every id is data. Static storage. */
     const uint8_t *am_class;
@@ -228,6 +233,7 @@ struct tw_tl_iface {
     tw_tl_recv_fn_t recv;
     void *recv_arg;
     uint64_t inline_am_ids;
+    uint64_t eager_am_ids;
     const uint8_t *am_class;
     tw_tl_rndv_fn_t recv_rndv;
     tw_tl_peer_down_fn_t peer_down;

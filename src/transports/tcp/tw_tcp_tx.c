@@ -602,8 +602,10 @@ tw_status_t tw_tcp_am_zcopy(tw_tl_iface_t *iface, int peer, uint8_t am_id, const
     if (hdr_len > iface->attr.max_hdr || len > iface->attr.max_zcopy || comp == NULL) {
         return TW_ERR_INVALID;
     }
-    /* (The receiver's layer above is ours: it takes announcements too.) */
-    if (len < tcp->cfg.rndv_thresh || iface->recv_rndv == NULL) {
+    /* (The receiver's layer above is ours: it takes announcements too.)
+     * Eager ids go at once: one way instead of RTS, CTS and DATA. */
+    if (len < tcp->cfg.rndv_thresh || iface->recv_rndv == NULL ||
+        (am_id < 64 && (iface->eager_am_ids >> am_id & 1))) {
         return tw_tcp_post(tcp, peer, am_id, hdr, hdr_len, data, len, false, comp, NULL);
     }
     rs = tw_malloc(sizeof(*rs));
