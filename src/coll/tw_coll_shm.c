@@ -367,9 +367,13 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
     /* Elements per chunk: whole elements only. */
     size_t per = bcast ? b->chunk : (b->chunk / esize) * esize;
     size_t nch = (bytes + per - 1) / per;
-    bool writer = !bcast || me == root;
     bool reader = a->sub == TW_CSHM_ALLREDUCE || (me == root) != bcast;
     bool split = a->sub == TW_CSHM_ALLREDUCE && bytes >= TW_CSHM_SPLIT_MIN;
+    /* A reduce's root reads its own part from its buffer, not a cell --
+     * unless in place, where the result would overwrite it before it
+     * is read (member order: dst = m0 (+) m1 first). */
+    bool own = a->sub == TW_CSHM_REDUCE && me == root && (a->a != a->dst || me < 2);
+    bool writer = (!bcast || me == root) && !own;
 
     CS_BEGIN(op);
     for (op->cs.k = 0; op->cs.k < nch; op->cs.k++) {
@@ -446,6 +450,9 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
                     const unsigned char *src[TW_CSHM_MAX_LOCAL];
                     for (int j = 0; j < n; j++) {
                         src[j] = b->cells[j] + cell;
+                    }
+                    if (own) {
+                        src[me] = a->a + off;
                     }
                     tw_cshm_reduce_all(op, dst, src, n, len / esize);
                 }
