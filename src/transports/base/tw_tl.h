@@ -188,10 +188,12 @@ typedef struct tw_tl_params {
      * engine -- in send order, since one thread sends them one by one --
      * and a waiting worker may take them in (poll). */
     uint64_t inline_am_ids;
-    /* Bit i set: am_zcopy sends of am id i go at once, never announced
-     * for a rendezvous -- the layer above keeps few of them in flight
-     * and posts their receives early (collectives), so a round trip
-     * costs more than the receiver staging one that comes first. */
+    /* Bit i set: the layer above keeps few am_zcopy sends of am id i in
+     * flight and posts their receives early (collectives), so a
+     * transport whose rendezvous costs a round trip through the peer
+     * (tcp: RTS, CTS, then the data) sends them at once instead, the
+     * receiver staging one that comes first. A single-copy rendezvous
+     * (shm's CMA, verbs' RDMA read) may stay. */
     uint64_t eager_am_ids;
     /* am_class[i] (i < 64) is the tw_tl_frame_class_t of am id i (ids
      * >= 64 are data); NULL: every id is data. Static storage. */
