@@ -463,11 +463,6 @@ static tw_status_t tw_sched_plan(const tw_coll_op_t *op, tw_sched_plan_t *p)
     return TW_OK;
 }
 
-/*
- * This node's members share a slot set: the phases within the node go
- * through it. One node: one step. Several: towards the representative,
- * the representatives point to point, back from it.
- */
 /* A group on one node: the whole operation is one step in its slot set,
  * with the node's result (reduce: at the root) in @p acc. Written field
  * by field: a struct built aside and copied is read back in wider loads
@@ -490,6 +485,11 @@ static void tw_sched_one_step(tw_coll_op_t *op, void *acc, tw_coll_act_t *a)
     a->sn = ++op->g->shm_sn;
 }
 
+/*
+ * This node's members share a slot set: the phases within the node go
+ * through it. One node: one step. Several: towards the representative,
+ * the representatives point to point, back from it.
+ */
 static void tw_sched_with_shm(tw_sched_t *s, const tw_sched_plan_t *p)
 {
     tw_coll_op_t *op = s->op;

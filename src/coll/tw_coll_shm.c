@@ -471,7 +471,7 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
                         src[j] = b->cells[j] + cell;
                     }
                     if (own) {
-                        src[me] = a->a + off;
+                        src[me] = (const unsigned char *)a->a + off;
                     }
                     tw_cshm_reduce_all(op, dst, src, n, len / esize);
                 }
