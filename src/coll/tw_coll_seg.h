@@ -21,7 +21,7 @@
 #include "shmem/tw_seg.h"
 
 #define TW_CSEG_MAGIC        0x7477637365673031ull /* "twcseg01" */
-#define TW_CSEG_VERSION      4u
+#define TW_CSEG_VERSION      5u
 #define TW_CSEG_DESC_OFF     4096u
 #define TW_CSHM_MEMBER_BYTES sizeof(tw_cshm_member_t)
 

@@ -220,16 +220,22 @@ static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *
     }                \
     (op)->cs.pc = 0; \
     return TW_OK
-#define CS_AWAIT(op, j, w, t)                                 \
+/* Wait for *w >= t from member j; if the wait fails, run @p fail (then
+ * return why). */
+#define CS_AWAIT_OR(op, j, w, t, fail)                        \
     do {                                                      \
         (op)->cs.pc = __LINE__;                               \
         /* fall through */                                    \
     case __LINE__:;                                           \
         tw_status_t st_ = tw_cshm_await((op), (j), (w), (t)); \
         if (st_ != TW_OK) {                                   \
+            if (st_ != TW_ERR_AGAIN) {                        \
+                fail;                                         \
+            }                                                 \
             return st_;                                       \
         }                                                     \
     } while (0)
+#define CS_AWAIT(op, j, w, t) CS_AWAIT_OR(op, j, w, t, (void)0)
 
 /* Every other member of the slot set @p b finished step @p upto (its done
  * word), as far as we know or once we see it. */
@@ -489,6 +495,44 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
  * failed); the root returns once all answered, so its buffer stays put
  * until then. A read that fails fails the operation (and so the group).
  */
+/* Single copy and failure (tw_coll_shm.h): read @p len bytes at @p addr
+ * of member process @p pid in step @p s, announced, unless the slot set
+ * was aborted. */
+static tw_status_t tw_cshm_cma_get(tw_group_t *g, uint64_t s, pid_t pid, void *dst, uint64_t addr,
+                                   size_t len)
+{
+    tw_cshm_bind_t *b = &g->shm;
+    _Atomic uint64_t *reading = &b->mem[g->my_local]->cma_read;
+    tw_status_t st;
+
+    atomic_store_explicit(reading, s, memory_order_seq_cst);
+    if (atomic_load_explicit(&b->head->abort, memory_order_seq_cst) == 0) {
+        st = tw_cshm_cma_read(pid, dst, addr, len);
+    } else {
+        st = tw_cshm_failed(g);
+        st = st != TW_OK ? st : TW_ERR_PEER_FAILED;
+    }
+    atomic_store_explicit(reading, 0, memory_order_release);
+    return st;
+}
+
+/* Step @p s failed after this member published its buffers: abort the
+ * slot set and wait until no live member reads them. A read ends on its
+ * own (one process_vm_readv), so this waits at most that long. */
+static void tw_cshm_cma_withdraw(tw_group_t *g, uint64_t s)
+{
+    tw_cshm_bind_t *b = &g->shm;
+
+    tw_cshm_abort(g);
+    for (int j = 0; j < g->nlocal; j++) {
+        while (j != g->my_local &&
+               atomic_load_explicit(&b->mem[j]->cma_read, memory_order_seq_cst) == s &&
+               !tw_coll_is_down(g->coll, g->ranks[g->local[j]])) {
+            sched_yield();
+        }
+    }
+}
+
 typedef struct tw_cshm_cma_msg {
     uint64_t pid;
     uint64_t addr;
@@ -519,19 +563,22 @@ static tw_status_t tw_cshm_cma(tw_coll_op_t *op, tw_coll_act_t *a)
         op->cs.k = 0; /* members that could not read */
         for (op->cs.j = 0; op->cs.j < n; op->cs.j++) {
             if (op->cs.j != me) {
-                CS_AWAIT(op, op->cs.j, &b->mem[op->cs.j]->arrive[buf].seq, 2 * s);
+                CS_AWAIT_OR(op, op->cs.j, &b->mem[op->cs.j]->arrive[buf].seq, 2 * s,
+                            tw_cshm_cma_withdraw(g, s));
                 op->cs.k += b->mem[op->cs.j]->arrive[buf].data[0] != 1;
             }
         }
         if (op->cs.k > 0) {
+            /* They said why (a read refused), or the slot set was aborted. */
+            st = tw_cshm_failed(g);
             op->cs.pc = 0;
-            return TW_ERR_TRANSPORT; /* they said why */
+            return st != TW_OK ? st : TW_ERR_TRANSPORT;
         }
     } else {
         CS_AWAIT(op, root, &b->mem[root]->release[buf].seq, 2 * s + 1);
         tw_cshm_saw(b, root, s - 1);
         memcpy(&m, b->mem[root]->release[buf].data, sizeof(m));
-        st = m.len == a->len ? tw_cshm_cma_read((pid_t)m.pid, a->dst, m.addr, a->len)
+        st = m.len == a->len ? tw_cshm_cma_get(g, s, (pid_t)m.pid, a->dst, m.addr, a->len)
                              : TW_ERR_INVALID;
         b->mem[me]->arrive[buf].data[0] = st == TW_OK ? 1 : 2;
         tw_cshm_publish(b, &b->mem[me]->arrive[buf].seq, 2 * s);
@@ -541,7 +588,8 @@ static tw_status_t tw_cshm_cma(tw_coll_op_t *op, tw_coll_act_t *a)
                          "bcast on a group of %d: the root has %llu bytes where %zu are due "
                          "(members called it with different sizes)",
                          g->n, (unsigned long long)m.len, a->len);
-            } else if (st != TW_ERR_PEER_FAILED) { /* a root that died: its transport says so */
+            } else if (st != TW_ERR_PEER_FAILED && /* a root that died: its transport says so */
+                       atomic_load_explicit(&b->head->abort, memory_order_relaxed) == 0) {
                 tw_error("coll",
                          "bcast: cannot read %zu bytes of the root's buffer (rank %d, "
                          "process_vm_readv: %s)",
@@ -592,9 +640,11 @@ static tw_status_t tw_cshm_cma_allreduce(tw_coll_op_t *op, tw_coll_act_t *a)
                            .len = bytes};
     memcpy(b->mem[me]->arrive[buf].data, &m, sizeof(m));
     tw_cshm_publish(b, &b->mem[me]->arrive[buf].seq, 2 * s);
+    /* From here on the others may read my buffers: a failure withdraws. */
     for (op->cs.j = 0; op->cs.j < n; op->cs.j++) {
         if (op->cs.j != me) {
-            CS_AWAIT(op, op->cs.j, &b->mem[op->cs.j]->arrive[buf].seq, 2 * s);
+            CS_AWAIT_OR(op, op->cs.j, &b->mem[op->cs.j]->arrive[buf].seq, 2 * s,
+                        tw_cshm_cma_withdraw(g, s));
             tw_cshm_saw(b, op->cs.j, s - 1);
         }
     }
@@ -616,18 +666,21 @@ static tw_status_t tw_cshm_cma_allreduce(tw_coll_op_t *op, tw_coll_act_t *a)
             memcpy(&m, b->mem[j]->arrive[buf].data, sizeof(m));
             st = m.len != bytes
                      ? TW_ERR_INVALID
-                     : tw_cshm_cma_read((pid_t)m.pid, in, m.send + first * esize, num * esize);
+                     : tw_cshm_cma_get(g, s, (pid_t)m.pid, in, m.send + first * esize, num * esize);
         }
         if (st == TW_OK && j > 0) {
             tw_coll_reduce(acc, acc, in, num, op->dt, op->rop);
         }
     }
     if (st != TW_OK) {
-        if (st != TW_ERR_PEER_FAILED) { /* a member that died: its transport says so */
+        /* A member that died: its transport says so; aborted: who failed it. */
+        if (st != TW_ERR_PEER_FAILED &&
+            atomic_load_explicit(&b->head->abort, memory_order_relaxed) == 0) {
             tw_error(
                 "coll", "allreduce on a group of %d: cannot read the members' buffers (%s)", g->n,
                 st == TW_ERR_INVALID ? "members called it with different counts" : tw_strerror(st));
         }
+        tw_cshm_cma_withdraw(g, s);
         op->cs.pc = 0;
         return st;
     }
@@ -639,17 +692,20 @@ static tw_status_t tw_cshm_cma_allreduce(tw_coll_op_t *op, tw_coll_act_t *a)
         if (op->cs.j == me) {
             continue;
         }
-        CS_AWAIT(op, op->cs.j, &b->mem[op->cs.j]->release[buf].seq, 2 * s + 1);
+        CS_AWAIT_OR(op, op->cs.j, &b->mem[op->cs.j]->release[buf].seq, 2 * s + 1,
+                    tw_cshm_cma_withdraw(g, s));
         memcpy(&m, b->mem[op->cs.j]->arrive[buf].data, sizeof(m));
         tw_cshm_slice(a->len, n, op->cs.j, &first, &num);
         st = num == 0 ? TW_OK
-                      : tw_cshm_cma_read((pid_t)m.pid, (unsigned char *)a->dst + first * esize,
-                                         m.recv + first * esize, num * esize);
+                      : tw_cshm_cma_get(g, s, (pid_t)m.pid, (unsigned char *)a->dst + first * esize,
+                                        m.recv + first * esize, num * esize);
         if (st != TW_OK) {
-            if (st != TW_ERR_PEER_FAILED) {
+            if (st != TW_ERR_PEER_FAILED &&
+                atomic_load_explicit(&b->head->abort, memory_order_relaxed) == 0) {
                 tw_error("coll", "allreduce: cannot read rank %d's result (%s)",
                          g->ranks[g->local[op->cs.j]], tw_strerror(st));
             }
+            tw_cshm_cma_withdraw(g, s);
             op->cs.pc = 0;
             return st;
         }
@@ -657,7 +713,8 @@ static tw_status_t tw_cshm_cma_allreduce(tw_coll_op_t *op, tw_coll_act_t *a)
     tw_cshm_publish(b, &b->mem[me]->ack, TW_CSHM_PROG(s, 1));
     for (op->cs.j = 0; op->cs.j < n; op->cs.j++) {
         if (op->cs.j != me) {
-            CS_AWAIT(op, op->cs.j, &b->mem[op->cs.j]->ack, TW_CSHM_PROG(s, 1));
+            CS_AWAIT_OR(op, op->cs.j, &b->mem[op->cs.j]->ack, TW_CSHM_PROG(s, 1),
+                        tw_cshm_cma_withdraw(g, s));
         }
     }
     CS_END(op);

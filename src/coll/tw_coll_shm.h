@@ -27,7 +27,8 @@
  *              release[2] {seq, 56 inline bytes} x 2: j writes  (128 B)
  *              prog, red  chunks j published; chunks whose slice j
  *                         j reduced (op << 24 | k)               (128 B)
- *              ack, done  chunks j consumed; last op j finished (128 B)
+ *              ack, done  chunks j consumed; last op j finished;
+ *              cma_read   op s while j reads a member's buffer   (128 B)
  *   cells      member j's ring of TW_CSHM_CELLS cells of 16-64 KiB
  *
  * Every line has a single writer; sequence numbers only grow (they are
@@ -55,7 +56,19 @@
  * Large bcasts (TW_COLL_CMA bytes and up) go with one copy: the root
  * publishes its buffer's address and pid in its release line, each member
  * reads it with process_vm_readv and answers in its arrive line, the root
- * returns when all answered. Only where every local rank could read the
+ * returns when all answered.
+ *
+ * A failed single-copy operation. Its caller may reuse the buffers as
+ * soon as it returns, so a member must not return from one while
+ * another still reads them: a reader announces each read (cma_read = s)
+ * and then looks at the abort word; a member whose operation fails
+ * after it published its buffers stores abort (the group fails anyway)
+ * and waits until no live member announces a read of operation s. Both
+ * store, then load, sequentially consistent: either the reader sees
+ * abort and does not read, or the member sees the announcement and
+ * waits for the read to end.
+ *
+ * Single copy only where every local rank could read the
  * leader's memory at tw_init (each sets a bit in the header before the
  * exchange's barrier), with the leader's threshold for all.
  *
@@ -103,7 +116,8 @@ typedef struct tw_cshm_member {
     unsigned char pad1[112];
     _Atomic uint64_t ack;
     _Atomic uint64_t done;
-    unsigned char pad2[112];
+    _Atomic uint64_t cma_read; /* op s while j reads a member's buffer (single copy), else 0 */
+    unsigned char pad2[104];
 } tw_cshm_member_t;
 
 typedef struct tw_cshm_head {

@@ -4,17 +4,24 @@
  * A member of a group dies in the middle of its collectives.
  *
  *   twrun -n N --keep-going test_coll_kill --coll barrier|bcast|allreduce
- *         [--size BYTES] [--victim R] [--also R2] [--delay-ms MS] DIR
+ *         [--size BYTES] [--victim R] [--also R2] [--delay-ms MS | --die-at N] DIR
  *
  * Every rank makes two groups: the world, and "rest" -- every rank but
  * the victims (--also: a second one, the rest of an emulated node). All
  * ranks then run the collective back to back on the world group, results
  * checked, until it fails; a victim's own thread SIGKILLs it --delay-ms
  * after the loop started, so it dies wherever it is, most often inside a
- * collective. A survivor checks that:
+ * collective. --die-at N instead: every rank joins a barrier before
+ * round N, and the victim dies 1 ms after it, never calling round N's
+ * collective -- the others are inside it by then (a large bcast: the
+ * root waits for the victim while the third member reads). A survivor
+ * checks that:
  *   - the collective in flight completes TW_ERR_PEER_FAILED (no hang: a
  *     stall watchdog fails the rank after 20 s) within 1 s of the last
  *     collective that completed -- the victim died after that one;
+ *   - a collective that completed TW_OK has the right result, though a
+ *     member whose own collective failed scribbles over its buffers at
+ *     once (from the end: a reader of them that still runs meets it);
  *   - the next collective on the world group fails at once;
  *   - a nonblocking one fails at post or completes with the error;
  *   - the "rest" group goes on: a barrier and an allreduce over it,
@@ -35,7 +42,7 @@
 #include "tw_mp.h"
 
 static const char *coll = "allreduce";
-static uint64_t size = 8, victim = 1, also = UINT64_MAX, delay_ms = 200;
+static uint64_t size = 8, victim = 1, also = UINT64_MAX, delay_ms = 200, die_at = UINT64_MAX;
 
 static bool is_victim(int r)
 {
@@ -50,6 +57,20 @@ static void *killer(void *arg)
     return NULL;
 }
 
+/* --die-at: the round's buffers are ready; everyone joins a barrier, the
+ * victim dies 1 ms later. */
+static void die_point(tw_group_t *g, uint64_t round)
+{
+    if (round != die_at) {
+        return;
+    }
+    TW_MP_CHECK(tw_barrier(g) == TW_OK, "the barrier before round %llu", (unsigned long long)round);
+    if (is_victim(tw_group_rank(g))) {
+        usleep(1000);
+        raise(SIGKILL);
+    }
+}
+
 /* One collective on @p g; returns its status; checks a success. */
 static tw_status_t one(tw_group_t *g, uint64_t round, unsigned char *buf, double *d, size_t n)
 {
@@ -57,6 +78,7 @@ static tw_status_t one(tw_group_t *g, uint64_t round, unsigned char *buf, double
     tw_status_t st;
 
     if (strcmp(coll, "barrier") == 0) {
+        die_point(g, round);
         return tw_barrier(g);
     }
     if (strcmp(coll, "bcast") == 0) {
@@ -64,6 +86,7 @@ static tw_status_t one(tw_group_t *g, uint64_t round, unsigned char *buf, double
         for (size_t i = 0; i < size; i++) {
             buf[i] = me == root ? (unsigned char)(round + i) : 0;
         }
+        die_point(g, round);
         st = tw_bcast(g, buf, size, root);
         for (size_t i = 0; st == TW_OK && i < size; i++) {
             TW_MP_CHECK(buf[i] == (unsigned char)(round + i), "bcast round %llu byte %zu",
@@ -74,6 +97,7 @@ static tw_status_t one(tw_group_t *g, uint64_t round, unsigned char *buf, double
     for (size_t i = 0; i < n; i++) {
         d[i] = (double)(me + 1 + (int)(i % 5));
     }
+    die_point(g, round);
     st = tw_allreduce(g, d, d, n, TW_DOUBLE, TW_SUM);
     for (size_t i = 0; st == TW_OK && i < n; i++) {
         double want = (double)sz * (sz + 1) / 2 + (double)sz * (double)(i % 5);
@@ -90,6 +114,7 @@ int main(int argc, char **argv)
         {"victim", 'v', TW_MP_ARG_U64, &victim, "the rank that dies (1)"},
         {"also", 'a', TW_MP_ARG_U64, &also, "a second rank that dies at the same time (none)"},
         {"delay-ms", 'd', TW_MP_ARG_U64, &delay_ms, "when it dies, after the loop starts (200)"},
+        {"die-at", 'r', TW_MP_ARG_U64, &die_at, "it dies 1 ms into this round, absent (no)"},
     };
     tw_mp_opts_t o = {.threads = 1, .seed = 1, .stall_s = 20};
     char path[512];
@@ -131,7 +156,7 @@ int main(int argc, char **argv)
     double *d = malloc(ndbl * sizeof(double));
     /* Everyone is here: start the clock and the loop. */
     TW_MP_CHECK(tw_barrier(world) == TW_OK, "first barrier");
-    if (is_victim(me)) {
+    if (is_victim(me) && die_at == UINT64_MAX) {
         pthread_t t;
         pthread_create(&t, NULL, killer, NULL);
     }
@@ -146,6 +171,11 @@ int main(int argc, char **argv)
             tw_mp_tick();
         }
     }
+    /* The failed collective's buffers are the caller's again. */
+    memset(buf + size / 2, 0xee, size - size / 2);
+    memset(buf, 0xee, size / 2);
+    memset(d + ndbl / 2, 0xee, (ndbl - ndbl / 2) * sizeof(double));
+    memset(d, 0xee, ndbl / 2 * sizeof(double));
     double late = twt_now() - last_ok;
     if (is_victim(me) && st == TW_ERR_PEER_FAILED && also != UINT64_MAX) {
         /* The other victim died first and this one saw it: its own
