@@ -488,13 +488,6 @@ static tw_status_t tw_cshm_chunks(tw_coll_op_t *op, tw_coll_act_t *a)
     CS_END(op);
 }
 
-/*
- * Single copy (TW_COLL_CMA): the root publishes where its buffer is in
- * its release line; every other member reads it straight into its own
- * with process_vm_readv and answers in its arrive line (1 read, 2
- * failed); the root returns once all answered, so its buffer stays put
- * until then. A read that fails fails the operation (and so the group).
- */
 /* Single copy and failure (tw_coll_shm.h): read @p len bytes at @p addr
  * of member process @p pid in step @p s, announced, unless the slot set
  * was aborted. */
@@ -533,6 +526,13 @@ static void tw_cshm_cma_withdraw(tw_group_t *g, uint64_t s)
     }
 }
 
+/*
+ * Single copy (TW_COLL_CMA): the root publishes where its buffer is in
+ * its release line; every other member reads it straight into its own
+ * with process_vm_readv and answers in its arrive line (1 read, 2
+ * failed); the root returns once all answered, so its buffer stays put
+ * until then. A read that fails fails the operation (and so the group).
+ */
 typedef struct tw_cshm_cma_msg {
     uint64_t pid;
     uint64_t addr;
