@@ -11,6 +11,27 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 libdir=$(find "$work/prefix" -name 'libthreadwire.so' -printf '%h\n' | head -n1)
+
+# The installed programs run as they are (their RPATH is relative to the
+# binary): no LD_LIBRARY_PATH, from another directory, a job of two.
+bin=$work/prefix/bin
+(
+  unset LD_LIBRARY_PATH
+  cd /
+  for p in tw_info twrun tw_perf tw_coll_perf tw_demo; do
+    [ -x "$bin/$p" ] || { echo "not installed: bin/$p"; exit 1; }
+    if ldd "$bin/$p" | grep -q 'not found'; then
+      echo "installed $p does not find its libraries:"
+      ldd "$bin/$p"
+      exit 1
+    fi
+  done
+  "$bin/tw_info" >/dev/null || { echo "installed tw_info failed"; exit 1; }
+  out=$("$bin/twrun" -n 2 "$bin/tw_perf" -x lat -s 8 -n 50 2>&1) ||
+    { echo "installed twrun -n 2 tw_perf failed: $out"; exit 1; }
+  grep -q "^lat  *8 " <<<"$out" || { echo "installed tw_perf printed no 8-byte row: $out"; exit 1; }
+)
+echo "installed programs run without LD_LIBRARY_PATH: ok"
 export LD_LIBRARY_PATH="$libdir"
 
 cmake -S "$src/tests/cmake/consume" -B "$work/cm" -G Ninja \
