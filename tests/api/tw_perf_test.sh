@@ -11,7 +11,8 @@
 # transport; and again over TCP with --stats=json (read by
 # tests/common/twt_stats.py), --stats keeping the text report; the
 # one-sided tests over shm and tcp, with progress threads and in manual
-# mode.
+# mode; a job of 4 as 2 pairs at once (rows per pair, 'all' their sum),
+# and the jobs that need --pair.
 #   tw_perf_test.sh TW_PERF [TWRUN]
 set -euo pipefail
 perf=$1
@@ -198,13 +199,31 @@ if [ -n "$twrun" ]; then
   "$stats" - 'rank 0 ifaces/route/forwarded >= 1' 'rank 1 ifaces/route/forwarded >= 1' \
     'rank 2 ifaces/tl:tcp/tx_msgs == 0' 'rank 3 ifaces/tl:tcp/tx_msgs == 0' <<<"$out" ||
     { echo "$out"; fail "--pair 2,3: want the leaders passing frames on, no tcp at ranks 2 and 3"; }
-  # More than two processes need --pair, within the job.
-  for bad in "" "--pair 1,4"; do
-    rc=0
-    # shellcheck disable=SC2086 # split the option from its value
-    msg=$("$twrun" -n 4 "$perf" -x lat -n 10 $bad 2>&1) || rc=$?
-    [ "$rc" -ne 0 ] || fail "twrun -n 4 tw_perf $bad: exited 0"
-    grep -q "tw_perf: .*pair" <<<"$msg" || { echo "$msg"; fail "twrun -n 4 tw_perf $bad: no message"; }
+  # An even job without --pair: N/2 pairs at once (rank i with i + N/2),
+  # as README's command; a row per pair and 'all', whose bandwidth and
+  # rate are the pairs' sums.
+  out=$("$twrun" -n 4 "$perf" -x lat,bw,rate -t 2 -s 1k -n "$nb" 2>&1) ||
+    { echo "$out"; fail "twrun -n 4 tw_perf (2 pairs) failed"; }
+  grep -q "^# tw_perf: 4 processes (2 pairs at once: rank i <-> rank i + 2)" <<<"$out" ||
+    { echo "$out"; fail "2 pairs: no banner saying so"; }
+  for t in lat bw rate; do
+    check_all_row "$t"
+    awk -v t="$t" '$1 == t { n[$4]++; bw[$4] = $11; r[$4] = $12 }
+      END { ok = n["pair0"] == 1 && n["pair1"] == 1 && n["all"] == 1 && NR > 0 &&
+                 bw["pair0"] > 0 && bw["pair1"] > 0 &&
+                 (bw["pair0"] + bw["pair1"] - bw["all"])^2 < 0.0001 + 1e-6 * bw["all"]^2 &&
+                 (r["pair0"] + r["pair1"] - r["all"])^2 < 1e-6 + 1e-6 * r["all"]^2
+            exit !ok }' <<<"$out" || { echo "$out"; fail "2 pairs: want rows pair0, pair1, all (the sum) for $t"; }
   done
+  # Otherwise more than two processes need --pair, within the job.
+  job_fails() { # NP TW_PERF-ARGS...
+    local np=$1 rc=0
+    shift
+    msg=$("$twrun" -n "$np" "$perf" -x lat -n 10 "$@" 2>&1) || rc=$?
+    [ "$rc" -ne 0 ] || fail "twrun -n $np tw_perf $*: exited 0"
+    grep -q "tw_perf: .*pair" <<<"$msg" || { echo "$msg"; fail "twrun -n $np tw_perf $*: no message"; }
+  }
+  job_fails 3
+  job_fails 4 --pair 1,4
 fi
 echo "tw_perf: ok"

@@ -4,7 +4,12 @@
  * tw_perf's internals (README.md beside this file has the overview).
  *
  * Roles. Rank 0 plays the initiator (A) and rank 1 the responder (B), or
- * the two ranks --pair names; the other ranks of such a job are bystanders:
+ * the two ranks --pair names. A job of an even number N >= 4 of processes
+ * without --pair runs N/2 pairs of processes at once (as osu_mbw_mr):
+ * rank i < N/2 initiates against rank i + N/2; every run starts after a
+ * barrier of the whole job, and rank 0 reports a row per pair (each the
+ * aggregate of its threads, sent to rank 0 with TAG_RESULT) and the 'all'
+ * row over the pairs. With --pair, the other ranks of the job are bystanders:
  * they only wait, in the loop the options say, for the initiator's release
  * (TAG_RELEASE) after the last barrier, and take part in the library's
  * work meanwhile (a node leader passes frames on). In a
@@ -64,9 +69,11 @@
 #define PERF_WAIT_MS     100 /* one tw_cq_wait slice: abort/timeout checks between */
 #define PERF_POLL_MAX    32
 
-/* Tag layout: bits 0..31 thread index, bit 32 direction, bit 61 the
- * bystanders' release (--pair), bit 62 window keys, bit 63 barrier. */
+/* Tag layout: bits 0..31 thread index, bit 32 direction, bit 60 a pair's
+ * result for rank 0 (pairs of processes), bit 61 the bystanders' release
+ * (--pair), bit 62 window keys, bit 63 barrier. */
 #define TAG_REPLY   (UINT64_C(1) << 32)
+#define TAG_RESULT  (UINT64_C(1) << 60)
 #define TAG_RELEASE (UINT64_C(1) << 61)
 #define TAG_KEYS    (UINT64_C(1) << 62)
 #define TAG_BARRIER (UINT64_C(1) << 63)
@@ -186,6 +193,7 @@ extern perf_opts_t g_opts;
 extern tw_context_t *g_ctx;
 extern int g_rank, g_size, g_partner;
 extern int g_side;     /* ROLE_A, ROLE_B, or -1: a bystander of a --pair job */
+extern int g_npairs;   /* pairs of processes measuring at once (1 but in N/2 pairs) */
 extern int g_nworkers; /* threads per process: --threads, twice that with --split */
 extern bool g_manual;  /* manual progress (-p 0 or TW_PROGRESS_THREADS=0) */
 /* Set by perf_rma_setup, read-only after. */
@@ -263,7 +271,7 @@ void perf_cq_close(tw_cq_t *cq);
 /* perf_report.c: statistics, table and CSV */
 void perf_print_banner(void);
 void perf_print_header(void);
-void perf_report_run(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res);
+int perf_report_run(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res);
 void perf_print_stats(void);
 
 #endif /* TW_PERF_H */

@@ -20,6 +20,9 @@ static void usage(FILE *out)
         out,
         "usage: tw_perf [options]               a job of one: rank 0 is its own partner\n"
         "       twrun -n 2 tw_perf [options]    rank 0 measures against rank 1\n"
+        "       twrun -n N tw_perf [options]    N even: N/2 pairs at once, rank i against\n"
+        "                                       rank i + N/2 (as osu_mbw_mr); rows per pair\n"
+        "                                       and 'all' (bandwidth and rate summed)\n"
         "       twrun -n N tw_perf --pair A,B [options]\n"
         "                                       rank A measures against rank B, the others\n"
         "                                       are bystanders\n"
@@ -68,7 +71,8 @@ static void usage(FILE *out)
         "                         and responder, as two processes would (default: one\n"
         "                         thread plays both roles); no effect with 2 processes\n"
         "      --pair A,B         in a job of 2 or more processes, rank A initiates and rank\n"
-        "                         B responds (default 0,1; needed beyond 2 processes); the\n"
+        "                         B responds (default 0,1; needed in an odd job beyond 2\n"
+        "                         processes, and for one pair in an even one); the\n"
         "                         other ranks wait, in the loop -p, -m and -l say, until A\n"
         "                         releases them after the last run, and meanwhile do what\n"
         "                         the library gives them (a node leader passes frames on)\n"
@@ -108,7 +112,8 @@ static void usage(FILE *out)
         "length, tag and source (one-sided: status, op, length and target).\n"
         "\n"
         "Exit status: 0 success; 1 an API error, a timeout, a lost or corrupted message, or a\n"
-        "job of more than 2 processes without --pair (or a --pair beyond it); 2 a usage error.\n",
+        "job of an odd number of processes beyond 2 without --pair (or a --pair beyond the\n"
+        "job); 2 a usage error.\n",
         PERF_MAX_THREADS);
 }
 

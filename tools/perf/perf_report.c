@@ -136,9 +136,57 @@ static void print_overlap(perf_worker_t *ws, const perf_result_t *all)
             comm, compute, both, share * 100, g_manual ? "manual" : "thread");
 }
 
-/* Rank 0, after run @p r: a row per thread (with -t > 1) and the 'all'
- * row. @p res has room for a result per thread. */
-void perf_report_run(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res)
+/* Pairs of processes: every initiator's aggregate to rank 0, which fills
+ * @p pairs (g_npairs of them; its own is @p mine). @return EXIT_OK or
+ * EXIT_FAIL (said why). */
+static int gather_pairs(const perf_result_t *mine, perf_result_t *pairs)
+{
+    tw_completion_t c[8];
+    tw_cq_t *cq;
+    tw_status_t st = TW_OK;
+    int want = g_rank == 0 ? g_npairs - 1 : 1, done = 0;
+    uint64_t idle_since = coarse_ns();
+
+    if ((st = tw_cq_create(g_ctx, (unsigned)want, &cq)) != TW_OK) {
+        fprintf(stderr, "tw_perf: rank %d: tw_cq_create: %s\n", g_rank, tw_strerror(st));
+        return EXIT_FAIL;
+    }
+    pairs[0] = *mine;
+    for (int i = 1; st == TW_OK && i < g_npairs && g_rank == 0; i++) {
+        st = tw_recv(g_ctx, i, TAG_RESULT, 0, &pairs[i], sizeof(pairs[i]), cq, NULL);
+    }
+    if (st == TW_OK && g_rank != 0) {
+        st = tw_send(g_ctx, 0, TAG_RESULT, mine, sizeof(*mine), cq, NULL);
+    }
+    while (st == TW_OK && done < want) {
+        int n = tw_cq_wait(cq, c, 8, PERF_WAIT_MS);
+        for (int k = 0; k < n; k++) {
+            if (c[k].status != TW_OK ||
+                (c[k].op == TW_OP_RECV && c[k].length != sizeof(perf_result_t))) {
+                st = c[k].status != TW_OK ? c[k].status : TW_ERR_TRUNCATED;
+            }
+        }
+        done += n > 0 ? n : 0;
+        if (n > 0) {
+            idle_since = coarse_ns();
+        } else if ((double)(coarse_ns() - idle_since) / 1e9 > g_opts.timeout_s) {
+            st = TW_ERR_TIMEOUT;
+        }
+    }
+    if (st != TW_OK) {
+        fprintf(stderr, "tw_perf: rank %d: the pairs' results (%d of %d): %s\n", g_rank, done, want,
+                tw_strerror(st));
+    }
+    perf_cq_close(cq);
+    return st == TW_OK ? EXIT_OK : EXIT_FAIL;
+}
+
+/* An initiator, after run @p r: a row per thread (with -t > 1) and the
+ * 'all' row; with pairs of processes, rank 0 prints a row per pair (the
+ * aggregate of its threads) and the 'all' row over the pairs, the other
+ * initiators send it theirs. @p res has room for a result per thread.
+ * @return EXIT_OK or EXIT_FAIL (said why). */
+int perf_report_run(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res)
 {
     perf_result_t all;
 
@@ -146,7 +194,25 @@ void perf_report_run(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res)
         res[i] = worker_result(&ws[i], r);
     }
     all = aggregate(res, g_opts.threads);
-    for (int i = 0; g_opts.threads > 1 && i < g_opts.threads; i++) {
+    if (g_npairs > 1) {
+        perf_result_t *pairs = calloc((size_t)g_npairs, sizeof(*pairs));
+        if (pairs == NULL || gather_pairs(&all, pairs) != EXIT_OK) {
+            free(pairs);
+            return EXIT_FAIL;
+        }
+        if (g_rank != 0) {
+            free(pairs);
+            return EXIT_OK;
+        }
+        for (int i = 0; i < g_npairs; i++) {
+            char id[16];
+            snprintf(id, sizeof(id), "pair%d", i);
+            print_row(r, id, &pairs[i]);
+        }
+        all = aggregate(pairs, g_npairs);
+        free(pairs);
+    }
+    for (int i = 0; g_npairs == 1 && g_opts.threads > 1 && i < g_opts.threads; i++) {
         char id[16];
         snprintf(id, sizeof(id), "%d", i);
         print_row(r, id, &res[i]);
@@ -156,6 +222,7 @@ void perf_report_run(perf_worker_t *ws, const perf_run_t *r, perf_result_t *res)
         print_overlap(ws, &all);
     }
     fflush(stdout);
+    return EXIT_OK;
 }
 
 /* The environment variables that override tw_perf's library options. */
@@ -187,8 +254,13 @@ void perf_print_banner(void)
                         : g_opts.split ? "initiator thread <-> responder thread"
                                        : "each thread its own partner";
 
-    snprintf(ranks, sizeof(ranks), "rank %d <-> rank %d%s", g_opts.pair[0], g_opts.pair[1],
-             g_size > 2 ? ", the others bystanders" : "");
+    if (g_npairs > 1) {
+        snprintf(ranks, sizeof(ranks), "%d pairs at once: rank i <-> rank i + %d", g_npairs,
+                 g_npairs);
+    } else {
+        snprintf(ranks, sizeof(ranks), "rank %d <-> rank %d%s", g_opts.pair[0], g_opts.pair[1],
+                 g_size > 2 ? ", the others bystanders" : "");
+    }
     printf("# tw_perf: %d process%s (%s), %d pair%s of threads; transports %s, progress "
            "threads %d%s, wait %s, loop %s\n",
            g_size, g_size > 1 ? "es" : "", pairs, g_opts.threads, g_opts.threads > 1 ? "s" : "",

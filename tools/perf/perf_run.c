@@ -357,7 +357,7 @@ int perf_run_one(perf_worker_t *ws, const perf_run_t *r)
         }
     }
     if (rc == EXIT_OK && g_side == ROLE_A) {
-        perf_report_run(ws, r, res);
+        rc = perf_report_run(ws, r, res);
     }
 out:
     for (int i = 0; i < g_nworkers; i++) {

@@ -7,6 +7,7 @@
  * ranks meet between runs.
  *
  *   twrun -n 2 tw_perf [-x lat|bw|rate] [-s SIZE|MIN:MAX] [-t THREADS] ...
+ *   twrun -n N tw_perf ...           (N even: N/2 pairs, rank i against rank i + N/2)
  *   twrun -n N tw_perf --pair A,B ...  (rank A against rank B, the others bystanders)
  *   tw_perf ...                      (a job of one: rank 0 is its own partner)
  */
@@ -19,6 +20,7 @@
 tw_context_t *g_ctx;
 int g_rank, g_size, g_partner;
 int g_side;
+int g_npairs = 1;
 int g_nworkers;
 bool g_manual;
 atomic_bool g_abort;
@@ -55,20 +57,27 @@ static int job_init(void)
     return EXIT_OK;
 }
 
+static int job_setup_common(perf_ep_t *bar, perf_worker_t **ws_p);
+
 /* The job's shape, the error handler, the workers and the CQs (the
  * barrier's in @p bar), the one-sided windows. What is made is left for
  * job_teardown, *ws_p set as soon as allocated. @return EXIT_OK or
  * EXIT_FAIL (said why). */
 static int job_setup(perf_ep_t *bar, perf_worker_t **ws_p)
 {
-    perf_worker_t *ws;
-    tw_status_t st;
-
-    if (g_size < 1 || (g_size > 2 && !g_opts.pair_set)) {
+    if (g_size < 1 || (g_size > 2 && !g_opts.pair_set && g_size % 2 != 0)) {
         fprintf(stderr,
-                "tw_perf: needs a job of 1 or 2 processes, or --pair A,B, this one has %d\n",
+                "tw_perf: a job of %d processes: tw_perf runs a job of 1 process (each thread "
+                "its own partner), of an even number N (N/2 pairs: rank i with rank i + N/2), "
+                "or of any size with --pair A,B (one pair, the others bystanders)\n",
                 g_size);
         return EXIT_FAIL;
+    }
+    if (g_size > 2 && !g_opts.pair_set) {
+        g_npairs = g_size / 2;
+        g_side = g_rank < g_npairs ? ROLE_A : ROLE_B;
+        g_partner = g_side == ROLE_A ? g_rank + g_npairs : g_rank - g_npairs;
+        return job_setup_common(bar, ws_p);
     }
     if (g_size > 1 && (g_opts.pair[0] >= g_size || g_opts.pair[1] >= g_size)) {
         fprintf(stderr, "tw_perf: --pair %d,%d: a job of %d processes has no rank %d\n",
@@ -81,6 +90,15 @@ static int job_setup(perf_ep_t *bar, perf_worker_t **ws_p)
                                                      : -1;
     /* A bystander's partner is the initiator, who releases it. */
     g_partner = g_size == 1 ? g_rank : g_opts.pair[g_side == ROLE_A ? 1 : 0];
+    return job_setup_common(bar, ws_p);
+}
+
+/* job_setup once the roles are known. */
+static int job_setup_common(perf_ep_t *bar, perf_worker_t **ws_p)
+{
+    perf_worker_t *ws;
+    tw_status_t st;
+
     if ((st = tw_set_error_handler(g_ctx, perf_on_error, NULL)) != TW_OK) {
         fprintf(stderr, "tw_perf: tw_set_error_handler: %s\n", tw_strerror(st));
         return EXIT_FAIL;
@@ -107,6 +125,23 @@ static int job_setup(perf_ep_t *bar, perf_worker_t **ws_p)
     return perf_rma_setup();
 }
 
+/* Pairs of processes: every pair starts a run together. @return EXIT_OK
+ * or EXIT_FAIL (said why). */
+static int job_barrier(void)
+{
+    tw_status_t st;
+
+    if (g_npairs == 1) {
+        return EXIT_OK;
+    }
+    if ((st = tw_barrier(tw_group_world(g_ctx))) != TW_OK) {
+        fprintf(stderr, "tw_perf: rank %d: the barrier of the pairs: %s\n", g_rank,
+                tw_strerror(st));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
 /* Test @p test at each size; @p seq numbers the barriers. */
 static int measure_test(perf_ep_t *bar, perf_worker_t *ws, perf_test_t test, uint64_t *seq)
 {
@@ -118,7 +153,7 @@ static int measure_test(perf_ep_t *bar, perf_worker_t *ws, perf_test_t test, uin
 
         perf_run_init(&r, test, size);
         if (perf_rma_prepare(bar, &r) != EXIT_OK || perf_rank_barrier(bar, (*seq)++) != TW_OK ||
-            perf_run_one(ws, &r) != EXIT_OK) {
+            job_barrier() != EXIT_OK || perf_run_one(ws, &r) != EXIT_OK) {
             return EXIT_FAIL;
         }
         if (size == hi) {
@@ -178,7 +213,7 @@ static int measure(perf_ep_t *bar, perf_worker_t *ws)
     if (g_side < 0) {
         return bystand(bar);
     }
-    if (g_side == ROLE_A) {
+    if (g_side == ROLE_A && (g_npairs == 1 || g_rank == 0)) {
         perf_print_header();
         fflush(stdout);
     }
@@ -192,7 +227,7 @@ static int measure(perf_ep_t *bar, perf_worker_t *ws)
         return EXIT_FAIL;
     }
     perf_rma_deregister();
-    return g_side == ROLE_A && g_size > 2 ? release_bystanders(bar) : EXIT_OK;
+    return g_side == ROLE_A && g_opts.pair_set && g_size > 2 ? release_bystanders(bar) : EXIT_OK;
 }
 
 /* Finalize and free what job_setup made. @return @p rc, or EXIT_FAIL when
@@ -228,7 +263,7 @@ int main(int argc, char **argv)
         return EXIT_FAIL;
     }
     rc = job_setup(&bar, &ws);
-    if (rc == EXIT_OK && g_side == ROLE_A && !g_opts.csv) {
+    if (rc == EXIT_OK && g_side == ROLE_A && (g_npairs == 1 || g_rank == 0) && !g_opts.csv) {
         perf_print_banner();
     }
     if (rc == EXIT_OK) {
