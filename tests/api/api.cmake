@@ -24,6 +24,13 @@ add_test(NAME ${TW_TEST_PREFIX}tw_perf
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/tw_perf_test.sh $<TARGET_FILE:tw_perf> $<TARGET_FILE:twrun>)
 set_tests_properties(${TW_TEST_PREFIX}tw_perf PROPERTIES
   LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")
+# Every command of README.md's sh blocks, as a user would type it (this
+# build's programs for build/release's, short iteration counts).
+add_test(NAME ${TW_TEST_PREFIX}readme_commands
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/readme_commands.sh ${PROJECT_SOURCE_DIR}
+                 ${PROJECT_BINARY_DIR})
+set_tests_properties(${TW_TEST_PREFIX}readme_commands PROPERTIES
+  LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")
 # tw_coll_perf, a few iterations of each collective over 2 ranks: the output
 # well-formed (cheap: a few seconds).
 add_test(NAME ${TW_TEST_PREFIX}tw_coll_perf
