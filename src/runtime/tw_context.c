@@ -5,6 +5,8 @@
  * transports and the messaging layer; finalize in reverse order.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,6 +36,8 @@
 #define TW_CTX_EAGER_AM_IDS (1ull << TW_MSG_AM_COLL)
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
+/* by TW_CTX_STATS_* */
+static const char *const tw_stats_at_exit_names[] = {"off", "text", "json", NULL};
 
 static const tw_cfg_entry_t tw_rt_cfg_entries[] = {
     {.name = "TW_TRANSPORTS",
@@ -92,6 +96,14 @@ static const tw_cfg_entry_t tw_rt_cfg_entries[] = {
      .offset = offsetof(tw_rt_cfg_t, pe_ring_depth),
      .min = 64,
      .max = 1048576},
+    {.name = "TW_STATS",
+     .type = TW_CFG_ENUM,
+     .defval = "off",
+     .help = "the counters on stderr at tw_finalize, one write per process: off, text (as "
+             "tw_stats_print) or json (as tw_stats_json: one object per process, per transport, "
+             "progress thread and peer)",
+     .offset = offsetof(tw_rt_cfg_t, stats_at_exit),
+     .enum_names = tw_stats_at_exit_names},
 };
 
 const tw_cfg_table_t tw_rt_cfg_table = {
@@ -619,12 +631,36 @@ err_teardown:
     return st;
 }
 
+/* TW_STATS: the counters as they are when tw_finalize starts, on stderr
+ * in one write, so that the processes' reports do not interleave. */
+static void tw_ctx_stats_at_exit(tw_context_t *ctx, int how)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tw_status_t st;
+
+    if (f == NULL) {
+        tw_warn("api", "TW_STATS: cannot buffer the counters: %s", strerror(errno));
+        return;
+    }
+    st = how == TW_CTX_STATS_JSON ? tw_stats_json(ctx, f) : tw_stats_print(ctx, f);
+    if (fclose(f) == 0 && st == TW_OK) {
+        (void)fwrite(buf, 1, len, stderr);
+        fflush(stderr);
+    }
+    free(buf); /* open_memstream's, from libc's malloc */
+}
+
 tw_status_t tw_finalize(tw_context_t *ctx)
 {
     tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_finalize");
 
     if (impl == NULL) {
         return TW_ERR_INVALID;
+    }
+    if (impl->cfg.stats_at_exit != TW_CTX_STATS_OFF) {
+        tw_ctx_stats_at_exit(ctx, impl->cfg.stats_at_exit);
     }
     /* Dead first: a stray call from now on is refused, not a crash. */
     atomic_store_explicit(&ctx->magic, 0, memory_order_release);

@@ -37,7 +37,11 @@ typedef struct tw_rt_cfg {
     size_t eager_limit;
     uint64_t match_buckets;
     uint64_t pe_ring_depth;
+    int stats_at_exit; /* TW_STATS: TW_CTX_STATS_* */
 } tw_rt_cfg_t;
+
+/* TW_STATS: the counters on stderr at tw_finalize (tw_rt_cfg_t). */
+enum { TW_CTX_STATS_OFF, TW_CTX_STATS_TEXT, TW_CTX_STATS_JSON };
 
 typedef struct tw_ctx_impl {
     tw_rt_cfg_t cfg;

@@ -59,3 +59,5 @@ tw_expect_log(api_badargs PATTERNS
 # tw_info_test.sh sets an unknown TW_* variable: tw_info must warn.
 tw_expect_log(tw_info PATTERNS
               "config. warn: unknown environment variable TW_NO_SUCH_KNOB ignored")
+# tw_perf_test.sh sets TW_STATS=yaml on purpose: tw_init must refuse it.
+tw_expect_log(tw_perf PATTERNS "config. error: bad value 'yaml' for TW_STATS: expected ")

@@ -171,6 +171,20 @@ if [ -n "$twrun" ]; then
   check_all_row lat
   "$stats" - 'all ifaces/tl:tcp/tx_msgs >= 1' 'none ifaces/tl:shm' <<<"$out" ||
     { echo "$out"; fail "--stats=json: want both ranks' tcp counters with traffic, no shm"; }
+  # TW_STATS=json, with no option of the program's: the library prints
+  # each process's counters at tw_finalize; TW_STATS=text the text report.
+  out=$(TW_STATS=json TW_TRANSPORTS=tcp "$twrun" -n 2 "$perf" -x lat -n "$nb" 2>&1) ||
+    { echo "$out"; fail "TW_STATS=json twrun -n 2 tw_perf failed"; }
+  "$stats" - 'all ifaces/tl:tcp/tx_msgs >= 1' 'none ifaces/tl:shm' <<<"$out" ||
+    { echo "$out"; fail "TW_STATS=json: want both ranks' tcp counters at finalize, no shm"; }
+  out=$(TW_STATS=text TW_TRANSPORTS=tcp "$twrun" -n 2 "$perf" -x lat -n "$nb" 2>&1) ||
+    { echo "$out"; fail "TW_STATS=text twrun -n 2 tw_perf failed"; }
+  [ "$(grep -c -E 'tl:tcp: tx_msgs=[1-9]' <<<"$out")" = 2 ] ||
+    { echo "$out"; fail "TW_STATS=text: want both ranks' tcp counters in the text report"; }
+  rc=0
+  out=$(TW_STATS=yaml "$perf" -x lat -n 10 2>&1) || rc=$?
+  [ "$rc" -ne 0 ] && grep -q "bad value 'yaml' for TW_STATS: expected one of off|text|json" <<<"$out" ||
+    { echo "$out"; fail "TW_STATS=yaml: want tw_init refused, saying why"; }
   # --stats stays the text report.
   out=$(TW_TRANSPORTS=tcp "$twrun" -n 2 "$perf" -x lat -n "$nb" --stats 2>&1) ||
     { echo "$out"; fail "TW_TRANSPORTS=tcp twrun -n 2 tw_perf --stats failed"; }
