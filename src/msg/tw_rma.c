@@ -208,6 +208,13 @@ static void tw_rma_sweep(tw_rma_t *rma, int peer, tw_status_t why)
     }
 }
 
+#if TW_TSAN
+void tw_rma_tsan_posting(tw_rma_t *rma)
+{
+    TW_TSAN_RELEASE(&rma->tsan_causal);
+}
+#endif
+
 void tw_rma_peer_down(tw_rma_t *rma, int peer)
 {
     tw_rma_sweep(rma, peer, TW_ERR_PEER_FAILED);

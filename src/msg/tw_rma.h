@@ -13,11 +13,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tw_compiler.h"
 #include "core/tw_stats.h"
 #include "threadwire/threadwire.h"
 #include "transports/base/tw_tl.h"
 
 typedef struct tw_rma tw_rma_t;
+
+/*
+ * ThreadSanitizer builds only (nothing otherwise). A thread that posts an
+ * operation to a peer (a message, a put, a flush...) may thereby cause,
+ * through that peer or a chain of peers, a put into or a get from this
+ * process's regions that a progress thread serves later: "read my window,
+ * then tell the writer it may write again" is the common case. TSan cannot
+ * see that order across processes, so every posting call releases a token
+ * (TW_RMA_POSTING, in the API's post checks) and serving a peer's put or
+ * get acquires it before it touches the region.
+ */
+#if TW_TSAN
+void tw_rma_tsan_posting(tw_rma_t *rma);
+#define TW_RMA_POSTING(rma) tw_rma_tsan_posting(rma)
+#else
+#define TW_RMA_POSTING(rma) ((void)0)
+#endif
 
 typedef struct tw_rma_params {
     int rank;

@@ -136,6 +136,9 @@ struct tw_rma {
     tw_tl_iface_t *reg[TW_RMA_MAX_REG]; /* transports that register memory */
     int (*progress)(void *);            /* manual mode: drives the context */
     void *progress_arg;
+    /* ThreadSanitizer builds: TW_RMA_POSTING releases it, serving a
+     * peer's put or get acquires it (tw_rma.h). */
+    char tsan_causal;
     /* The region registry. */
     tw_rwlock_t reg_lock;
     tw_mr_t *buckets[TW_RMA_BUCKETS]; /* guarded by reg_lock */

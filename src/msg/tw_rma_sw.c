@@ -99,6 +99,7 @@ static void tw_rma_serve_put(tw_rma_t *rma, int src, const tw_rma_hdr_t *h, cons
         tw_rwlock_rdlock(&rma->reg_lock);
         st = tw_rma_lookup_locked(rma, src, h, &mr);
         if (st == TW_OK && len > 0) {
+            TW_TSAN_ACQUIRE(&rma->tsan_causal);
             memcpy((void *)(uintptr_t)h->addr, data, len);
         }
         tw_rwlock_unlock(&rma->reg_lock);
@@ -144,6 +145,7 @@ static void tw_rma_serve_get(tw_rma_t *rma, int src, const tw_rma_hdr_t *h)
         return;
     }
     r.len = h->len;
+    TW_TSAN_ACQUIRE(&rma->tsan_causal);
     if (h->len <= rma->eager_limit && sizeof(r) + h->len <= iface->attr.max_short) {
         /* Copied under the read lock: deregistration waits for it. */
         sst = tw_tl_am_short(iface, src, TW_MSG_AM_RMA, &r, sizeof(r), addr, h->len);
@@ -356,6 +358,7 @@ void tw_rma_rndv(tw_rma_t *rma, int src, const void *hdr, size_t hdr_len, size_t
         }
         *x = (tw_rma_xfer_t){
             .comp = {.cb = tw_rma_pull_done}, .rma = rma, .mr = mr, .cookie = h.cookie, .src = src};
+        TW_TSAN_ACQUIRE(&rma->tsan_causal);
         st = tw_tl_rndv_get(iface, rndv, (void *)(uintptr_t)h.addr, len, &x->comp);
         if (st != TW_OK) {
             tw_rma_pull_done(&x->comp, st);

@@ -138,6 +138,7 @@ static tw_ctx_impl_t *tw_api_post_check(tw_context_t *ctx, const char *fn, int p
         tw_error("api", "%s: completion queue %p belongs to another context", fn, (void *)cq);
         return NULL;
     }
+    TW_RMA_POSTING(tw_msg_rma(impl->msg));
     return impl;
 }
 
@@ -163,6 +164,7 @@ tw_status_t tw_send_inject(tw_context_t *ctx, int dst, uint64_t tag, const void 
         tw_error("api", "tw_send_inject: rank %d is not in the job (size %d)", dst, impl->size);
         return TW_ERR_INVALID;
     }
+    TW_RMA_POSTING(tw_msg_rma(impl->msg));
     if (TW_UNLIKELY(len > TW_INJECT_MAX || !tw_api_buf_ok(buf, len))) {
         tw_error("api", "tw_send_inject: %zu bytes at %p (at most %d, and a buffer)", len, buf,
                  TW_INJECT_MAX);
