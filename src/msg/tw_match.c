@@ -161,6 +161,23 @@ void tw_match_fail_src(tw_match_t *m, int src, void (*fail)(tw_match_recv_t *r, 
     }
 }
 
+void tw_match_walk(tw_match_t *m, void (*fn)(tw_match_recv_t *r, void *arg), void *arg)
+{
+    tw_mutex_lock(&m->wild_lock);
+    for (tw_match_recv_t *r = m->wild_head; r != NULL; r = r->next) {
+        fn(r, arg);
+    }
+    tw_mutex_unlock(&m->wild_lock);
+    for (unsigned i = 0; i < m->nbuckets; i++) {
+        tw_match_bucket_t *b = &m->buckets[i];
+        tw_spinlock_lock(&b->lock);
+        for (tw_match_recv_t *r = b->posted_head; r != NULL; r = r->next) {
+            fn(r, arg);
+        }
+        tw_spinlock_unlock(&b->lock);
+    }
+}
+
 void tw_match_cleanup(tw_match_t *m, void (*cancel)(tw_match_recv_t *r, void *arg),
                       void *arg) TW_NO_TSA
 {

@@ -17,6 +17,7 @@
 
 #include "core/tw_atomic.h"
 #include "core/tw_lock.h"
+#include "msg/tw_stall.h"
 #include "threadwire/threadwire.h"
 
 /** A posted receive; the caller allocates it and owns it again once it
@@ -31,6 +32,7 @@ typedef struct tw_match_recv {
     size_t len;
     tw_cq_t *cq;
     void *user;
+    tw_stall_mark_t stall; /* the watchdog's (tw_stall.h) */
 } tw_match_recv_t;
 
 /** An unexpected message: a copy of its payload waiting for a receive --
@@ -101,6 +103,10 @@ void tw_match_fail_src(tw_match_t *m, int src, void (*fail)(tw_match_recv_t *r, 
                        void *arg);
 
 void tw_match_unexp_free(tw_match_unexp_t *u);
+
+/** Hand every posted receive to @p fn, under the lock that keeps it
+ * posted (@p fn must not post or match). Thread: any. */
+void tw_match_walk(tw_match_t *m, void (*fn)(tw_match_recv_t *r, void *arg), void *arg);
 
 /**
  * Take back the earliest posted exact receive for (@p src, @p tag) (no

@@ -14,7 +14,7 @@
  * handler. Every wire header is checked before use; a bad one is dropped,
  * counted and logged.
  */
-#include "msg/tw_msg.h"
+#include "msg/tw_msg_int.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -35,60 +35,9 @@ _Static_assert(sizeof(tw_msg_hdr_t) + TW_INJECT_MAX <= TW_TL_SHORT_MIN,
 _Static_assert(sizeof(tw_msg_hdr_t) + TW_AM_HDR_MAX <= TW_TL_HDR_MAX,
                "msg's header and the user's fit the transports' header room");
 
-typedef struct tw_msg_am_entry {
-    tw_am_handler_t fn;
-    void *arg;
-} tw_msg_am_entry_t;
-
-struct tw_msg {
-    tw_match_t match;
-    tw_match_t coll_match; /* TW_MSG_AM_COLL: the library's own tags */
-    tw_msg_ctl_fn_t ctl_fn;
-    void *ctl_arg;
-    tw_tl_iface_t **route; /* [size]; written before traffic, then read-only */
-    tw_stats_t *stats;
-    tw_context_t *ctx;
-    size_t eager_limit;
-    int rank;
-    int size;
-    _Atomic(tw_msg_am_entry_t *) am[256];
-    atomic_uint_fast64_t drop_logged;
-    atomic_uchar *down; /* [size]: 1 once the peer is gone */
-    tw_rma_t *rma;      /* one-sided operations (tw_rma.c) */
-};
-
-/* A receive filled by a rendezvous pull: a matched tagged receive (r), or
- * the payload of a user active message (r == NULL: the handler runs once
- * it landed; header and payload follow the struct). */
-typedef struct tw_msg_rreq {
-    tw_tl_comp_t comp; /* first: the transport hands it back */
-    tw_msg_t *msg;
-    tw_match_recv_t *r;
-    tw_tl_iface_t *iface;
-    tw_tl_rndv_t *rndv;
-    int src;
-    uint64_t tag;
-    size_t len; /* announced */
-    size_t alloc_len;
-    uint8_t am_id;
-    uint16_t am_hdr_len;
-    unsigned char bytes[]; /* AM: user header, then payload */
-} tw_msg_rreq_t;
-
 /* Largest active-message payload accepted by rendezvous (it is staged in
  * memory before the handler runs). */
 #define TW_MSG_AM_RNDV_MAX (256u << 20)
-
-/* A zero-copy send waiting for its transport completion. */
-typedef struct tw_msg_sreq {
-    tw_tl_comp_t comp; /* first: the transport hands it back */
-    tw_cq_t *cq;
-    void *user;
-    uint64_t tag;
-    size_t len;
-    int dst;
-    tw_op_t op;
-} tw_msg_sreq_t;
 
 static const tw_stat_desc_t tw_msg_stat_descs[TW_MSG_STAT_COUNT] = {
     [TW_MSG_STAT_SENT] = {"sent", TW_STAT_COUNTER},
@@ -101,6 +50,7 @@ static const tw_stat_desc_t tw_msg_stat_descs[TW_MSG_STAT_COUNT] = {
     [TW_MSG_STAT_TRUNCATED] = {"truncated", TW_STAT_COUNTER},
     [TW_MSG_STAT_AM_RUN] = {"am_handled", TW_STAT_COUNTER},
     [TW_MSG_STAT_DROPPED] = {"dropped", TW_STAT_COUNTER},
+    [TW_MSG_STAT_STALLS] = {"stalls", TW_STAT_COUNTER},
 };
 
 tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
@@ -134,20 +84,25 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
         st = TW_ERR_NOMEM;
         goto err_down;
     }
-    st = tw_match_init(&msg->match, params->match_buckets);
+    st = tw_msg_stall_init(msg, params->stall_warn_ns);
     if (st != TW_OK) {
         goto err_stats;
+    }
+    st = tw_match_init(&msg->match, params->match_buckets);
+    if (st != TW_OK) {
+        goto err_stall;
     }
     st = tw_match_init(&msg->coll_match, 256);
     if (st != TW_OK) {
         tw_match_cleanup(&msg->match, NULL, NULL);
-        goto err_stats;
+        goto err_stall;
     }
     tw_rma_params_t rp = {.rank = params->rank,
                           .size = params->size,
                           .route = msg->route,
                           .down = msg->down,
-                          .eager_limit = params->eager_limit};
+                          .eager_limit = params->eager_limit,
+                          .stall = &msg->stall};
     st = tw_rma_create(&rp, &msg->rma);
     if (st != TW_OK) {
         goto err_match;
@@ -158,6 +113,8 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
 err_match:
     tw_match_cleanup(&msg->coll_match, NULL, NULL);
     tw_match_cleanup(&msg->match, NULL, NULL);
+err_stall:
+    tw_msg_stall_cleanup(msg);
 err_stats:
     tw_stats_destroy(msg->stats);
 err_down:
@@ -199,6 +156,7 @@ void tw_msg_destroy(tw_msg_t *msg)
             tw_free(e, sizeof(*e));
         }
     }
+    tw_msg_stall_cleanup(msg);
     tw_stats_destroy(msg->stats);
     tw_free(msg->down, (size_t)msg->size * sizeof(*msg->down));
     tw_free(msg->route, (size_t)msg->size * sizeof(*msg->route));
@@ -259,6 +217,10 @@ tw_stats_t *tw_msg_stats(tw_msg_t *msg)
 static void tw_msg_send_done(tw_tl_comp_t *comp, tw_status_t status)
 {
     tw_msg_sreq_t *req = (tw_msg_sreq_t *)comp;
+    if (req->sends != NULL) {
+        tw_msg_sends_unlink(req);
+    }
+    tw_stall_heard(&req->msg->stall, req->dst);
     tw_completion_t c = {.user = req->user,
                          .status = status,
                          .op = req->op,
@@ -307,14 +269,22 @@ static tw_status_t tw_msg_post_send(tw_msg_t *msg, int dst, uint8_t am_id, const
             goto err_unreserve;
         }
         *req = (tw_msg_sreq_t){.comp = {.cb = tw_msg_send_done},
+                               .msg = msg,
                                .cq = cq,
                                .user = user,
                                .tag = tag,
                                .len = len,
                                .dst = dst,
-                               .op = op};
+                               .op = op,
+                               .am_id = am_id};
+        if (msg->sends != NULL) {
+            tw_msg_sends_link(msg, req);
+        }
         st = tw_tl_am_zcopy(iface, dst, am_id, hdr, hdr_len, buf, len, &req->comp);
         if (st != TW_OK) {
+            if (req->sends != NULL) {
+                tw_msg_sends_unlink(req);
+            }
             tw_free(req, sizeof(*req));
             goto err_unreserve;
         }
@@ -606,7 +576,8 @@ static tw_status_t tw_msg_post_recv(tw_msg_t *msg, tw_match_t *m, int src, uint6
                            .buf = buf,
                            .len = len,
                            .cq = cq,
-                           .user = user};
+                           .user = user,
+                           .stall = tw_stall_now(&msg->stall)};
     u = tw_match_post(m, r);
     if (u == NULL) {
         /* Posted. If its source is gone, make sure it does not wait
@@ -703,6 +674,7 @@ void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     tw_msg_t *msg = arg;
     tw_msg_hdr_t h;
 
+    tw_stall_heard(&msg->stall, src);
     if (am_id == TW_MSG_AM_RMA) {
         tw_rma_recv(msg->rma, src, hdr, hdr_len, data, len);
         return;
@@ -763,6 +735,7 @@ void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
     tw_tl_iface_t *iface = msg->route[src];
     tw_msg_hdr_t h;
 
+    tw_stall_heard(&msg->stall, src);
     if (am_id == TW_MSG_AM_RMA) {
         tw_rma_rndv(msg->rma, src, hdr, hdr_len, len, rndv);
         return;

@@ -20,6 +20,7 @@ typedef struct tw_msg_params {
     tw_context_t *ctx;      /* handed to AM handlers */
     size_t eager_limit;     /* payloads up to this go am_short (copied) */
     unsigned match_buckets; /* power of two */
+    uint64_t stall_warn_ns; /* TW_STALL_WARN; 0 = no watchdog */
 } tw_msg_params_t;
 
 enum {
@@ -33,6 +34,7 @@ enum {
     TW_MSG_STAT_TRUNCATED,
     TW_MSG_STAT_AM_RUN,
     TW_MSG_STAT_DROPPED, /* malformed or unhandled arrivals */
+    TW_MSG_STAT_STALLS,  /* operations the watchdog warned of */
     TW_MSG_STAT_COUNT
 };
 
@@ -65,6 +67,9 @@ tw_status_t tw_msg_am_register(tw_msg_t *msg, uint8_t id, tw_am_handler_t fn, vo
 tw_status_t tw_msg_am_send(tw_msg_t *msg, int dst, uint8_t id, const void *hdr, size_t hdr_len,
                            const void *data, size_t len, tw_cq_t *cq, void *user);
 tw_stats_t *tw_msg_stats(tw_msg_t *msg);
+/** The stall watchdog (tw_stall.h): other layers add their walkers, the
+ * runtime starts it. */
+struct tw_stall *tw_msg_stall(tw_msg_t *msg);
 
 /* ---- the library's own messages (collectives) ---------------------------
  * Tagged messages in a matching space of their own (transport am id

@@ -53,6 +53,27 @@ tw_stats_t *tw_rma_stats(tw_rma_t *rma)
     return rma->stats;
 }
 
+/* The watchdog's view: the emulated operations waiting for a reply. */
+static void tw_rma_stall_walk(void *arg, tw_stall_visit_t *v)
+{
+    tw_rma_t *rma = arg;
+
+    tw_mutex_lock(&rma->slot_lock);
+    for (uint32_t i = 0; i < rma->nslots; i++) {
+        tw_rma_op_t *op = rma->slots[i];
+        if (op != NULL) {
+            tw_tl_iface_t *iface = rma->route[op->peer];
+            tw_stall_desc_t d = {.op = op->op == TW_OP_GET ? "get" : "put",
+                                 .peer = op->peer,
+                                 .len = op->len,
+                                 .tl = iface != NULL ? iface->name : NULL,
+                                 .waits = "the target to serve it and reply"};
+            tw_stall_check(v, &op->stall, &d);
+        }
+    }
+    tw_mutex_unlock(&rma->slot_lock);
+}
+
 tw_status_t tw_rma_create(const tw_rma_params_t *params, tw_rma_t **rma_p)
 {
     tw_rma_t *rma = tw_calloc(1, sizeof(*rma));
@@ -87,6 +108,10 @@ tw_status_t tw_rma_create(const tw_rma_params_t *params, tw_rma_t **rma_p)
     tw_rwlock_init(&rma->reg_lock, TW_LOCK_RANK_RMA_REG, "region registry");
     tw_mutex_init(&rma->slot_lock, TW_LOCK_RANK_RMA_SLOT, "one-sided slots");
     tw_mutex_init(&rma->defer_lock, TW_LOCK_RANK_RMA_DEFER, "deferred replies");
+    rma->stall = params->stall;
+    if (rma->stall != NULL && tw_stall_on(rma->stall)) {
+        (void)tw_stall_add_walker(rma->stall, tw_rma_stall_walk, rma); /* room for it */
+    }
     *rma_p = rma;
     return TW_OK;
 }
@@ -147,6 +172,9 @@ static tw_status_t tw_rma_slot_add(tw_rma_t *rma, tw_rma_op_t *op)
         rma->free_head = rma->slot_next[i];
         rma->slots[i] = op;
         op->cookie = (uint64_t)rma->slot_gen[i] << 32 | i;
+        if (rma->stall != NULL) {
+            op->stall = tw_stall_now(rma->stall);
+        }
     }
     tw_mutex_unlock(&rma->slot_lock);
     return st;

@@ -43,6 +43,7 @@ typedef struct tw_rma_params {
     tw_tl_iface_t *const *route; /* [size]: the messaging layer's routes */
     const atomic_uchar *down;    /* [size]: 1 once the peer is gone */
     size_t eager_limit;          /* replies up to this are copied (am_short) */
+    struct tw_stall *stall;      /* the watchdog, which visits the waiting operations; or NULL */
 } tw_rma_params_t;
 
 enum {

@@ -29,6 +29,7 @@
 #include "core/tw_lock.h"
 #include "msg/tw_rma.h"
 #include "msg/tw_rma_proto.h"
+#include "msg/tw_stall.h"
 #include "progress/tw_cq.h"
 
 #define TW_RMA_MAX_REG   TW_RMA_RKEY_SECT_MAX /* transports that register memory */
@@ -85,8 +86,9 @@ struct tw_rma_op {
     /* On the put list: set under the peer's lock, read by whoever
      * completes it (the refs decrement orders the two). */
     bool listed;
-    atomic_int refs;   /* events still to come, + 1 while posting */
-    atomic_int status; /* first error wins */
+    atomic_int refs;       /* events still to come, + 1 while posting */
+    atomic_int status;     /* first error wins */
+    tw_stall_mark_t stall; /* emulated: set, then read, under slot_lock */
 };
 
 typedef struct tw_rma_flush_req tw_rma_flush_req_t;
@@ -143,6 +145,7 @@ struct tw_rma {
     tw_rwlock_t reg_lock;
     tw_mr_t *buckets[TW_RMA_BUCKETS]; /* guarded by reg_lock */
     atomic_uint_fast64_t next_id;     /* any thread, atomic relaxed: a counter */
+    tw_stall_t *stall;                /* the watchdog (tw_stall.h) */
     /* The operations waiting for a reply (tw_rma.c). */
     tw_mutex_t slot_lock;
     tw_rma_op_t **slots; /* guarded by slot_lock, as are the four below */

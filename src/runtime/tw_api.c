@@ -11,6 +11,7 @@
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "msg/tw_rma.h"
+#include "msg/tw_stall.h"
 #include "progress/tw_cq.h"
 #include "runtime/tw_bootstrap.h"
 #include "runtime/tw_context_int.h"
@@ -338,11 +339,13 @@ tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
     }
     fputs("  ", out);
     tw_stats_print_group(tw_msg_stats(impl->msg), out);
+    fputs("  ", out);
     tw_stats_print_group(tw_coll_stats(impl->coll), out);
     fputs("  ", out);
     tw_stats_print_group(tw_rma_stats(tw_msg_rma(impl->msg)), out);
     fputs("  ", out);
     tw_stats_print_group(impl->cq_stats, out);
+    tw_stall_print(tw_msg_stall(impl->msg), out, "  ");
     return TW_OK;
 }
 

@@ -18,6 +18,7 @@
 #include "core/tw_time.h"
 #include "msg/tw_msg_proto.h"
 #include "msg/tw_rma.h"
+#include "msg/tw_stall.h"
 #include "progress/tw_cq.h"
 #include "runtime/tw_bootstrap.h"
 #include "runtime/tw_context_int.h"
@@ -34,6 +35,9 @@
  * emulated nodes, allreduce 64 KiB took 194 us by rendezvous (RTS, CTS,
  * DATA: each hop a wake-up) against 72 at once (Open MPI 67). */
 #define TW_CTX_EAGER_AM_IDS (1ull << TW_MSG_AM_COLL)
+
+/* The shortest TW_STALL_WARN: its tick runs every half of it. */
+#define TW_CTX_STALL_MIN_NS 100000000ull
 
 static const char *const tw_wait_mode_names[] = {"adaptive", "spin", "block", NULL};
 /* by TW_CTX_STATS_* */
@@ -104,6 +108,14 @@ static const tw_cfg_entry_t tw_rt_cfg_entries[] = {
              "progress thread and peer)",
      .offset = offsetof(tw_rt_cfg_t, stats_at_exit),
      .enum_names = tw_stats_at_exit_names},
+    {.name = "TW_STALL_WARN",
+     .type = TW_CFG_DURATION,
+     .defval = "10s",
+     .help = "stall watchdog: an operation outstanding this long (to 1.5 times it) while its peer "
+             "sent nothing and took nothing gets one warning line and counts in msg's stalls; "
+             "tw_stats_print lists those still waiting; 0 = off, else at least 100ms (a bare "
+             "number is microseconds: write 30s)",
+     .offset = offsetof(tw_rt_cfg_t, stall_warn_ns)},
 };
 
 const tw_cfg_table_t tw_rt_cfg_table = {
@@ -272,6 +284,12 @@ static tw_status_t tw_ctx_configure(const tw_config_t *user, tw_rt_cfg_t *rc)
                  (unsigned long long)rc->pe_ring_depth);
         return TW_ERR_INVALID;
     }
+    if (rc->stall_warn_ns != 0 && rc->stall_warn_ns < TW_CTX_STALL_MIN_NS) {
+        tw_error("init",
+                 "TW_STALL_WARN=%s is below 100ms (a bare number is microseconds: write 10s)",
+                 getenv("TW_STALL_WARN") != NULL ? getenv("TW_STALL_WARN") : "?");
+        return TW_ERR_INVALID;
+    }
     return TW_OK;
 }
 
@@ -378,6 +396,9 @@ static tw_status_t tw_ctx_rma_setup(tw_ctx_impl_t *impl)
     tw_rma_t *rma = tw_msg_rma(impl->msg);
     tw_status_t st = tw_pe_add(impl->pes[0], tw_rma_progress, rma, -1);
 
+    if (st == TW_OK) {
+        st = tw_stall_start(tw_msg_stall(impl->msg), impl->pes[0]); /* its walkers are in */
+    }
     if (impl->manual) {
         tw_rma_set_progress(rma, tw_ctx_rma_progress, impl->ctx);
     }
@@ -569,7 +590,8 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
                           .size = impl->size,
                           .ctx = ctx,
                           .eager_limit = impl->cfg.eager_limit,
-                          .match_buckets = (unsigned)impl->cfg.match_buckets};
+                          .match_buckets = (unsigned)impl->cfg.match_buckets,
+                          .stall_warn_ns = impl->cfg.stall_warn_ns};
     st = tw_msg_create(&mp, &impl->msg);
     if (st != TW_OK) {
         goto err_shell;

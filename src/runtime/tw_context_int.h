@@ -38,6 +38,7 @@ typedef struct tw_rt_cfg {
     uint64_t match_buckets;
     uint64_t pe_ring_depth;
     int stats_at_exit; /* TW_STATS: TW_CTX_STATS_* */
+    uint64_t stall_warn_ns;
 } tw_rt_cfg_t;
 
 /* TW_STATS: the counters on stderr at tw_finalize (tw_rt_cfg_t). */

@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (c) 2026 The threadwire authors */
+/*
+ * The stall watchdog (TW_STALL_WARN, src/msg/tw_stall.h), under
+ * `twrun -n 2`, each case with TW_STALL_WARN=1s:
+ *
+ *   recv     rank 1 posts a receive that rank 0 does not send until rank 1
+ *            has seen it listed as stalled by tw_stats_print: exactly one
+ *            warning line on rank 1 (the stalls counter is 1), none on 0.
+ *   stopped  rank 0 SIGSTOPs rank 1, then sends it 1 MiB (rendezvous): the
+ *            send is listed and warned of once; then SIGCONT, and the
+ *            message arrives whole (checksum).
+ *   bad_value  TW_STALL_WARN=30 (30 us) is refused by tw_init.
+ *   slow     rank 1's receive for the last message waits 3 s while rank 0
+ *            streams other messages to it every 100 ms: slow, not stalled,
+ *            so no line on either rank.
+ * _manual and _tcp variants run the same with TW_PROGRESS_THREADS=0 (the
+ * tick runs inside tw_progress) and over TCP.
+ *
+ * The ranks that must stay quiet toward a peer wait for its go-ahead with
+ * an active message and a flag, never with a posted receive (which would
+ * stall in turn).
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "core/tw_log.h"
+#include "tw_mp.h"
+
+enum { TAG_PID = 1, TAG_BIG = 2, TAG_DATA = 3, TAG_LAST = 4, TAG_END = 90 };
+#define AM_GO   7
+#define BIG_LEN (1u << 20)
+#define WAIT_S  30.0
+
+static tw_context_t *g_ctx;
+static tw_cq_t *g_cq;
+static atomic_int g_go;
+
+static void on_go(tw_context_t *ctx, int src, const void *hdr, size_t hdr_len, const void *data,
+                  size_t len, void *arg)
+{
+    (void)ctx, (void)src, (void)hdr, (void)hdr_len, (void)data, (void)len, (void)arg;
+    atomic_fetch_add_explicit(&g_go, 1, memory_order_release);
+}
+
+/* Tell @p peer to go on: an active message, no completion awaited past
+ * the CQ entry. */
+static void send_go(int peer)
+{
+    tw_completion_t c;
+
+    TW_MP_CHECK(TW_MP_POST(g_ctx, tw_am_send(g_ctx, peer, AM_GO, NULL, 0, NULL, 0, g_cq, NULL)) ==
+                    TW_OK,
+                "go to rank %d", peer);
+    TW_MP_CHECK(tw_cq_wait(g_cq, &c, 1, 30000) == 1 && c.status == TW_OK, "go completion");
+}
+
+/* Wait for the go-ahead without posting anything. */
+static void wait_go(int want)
+{
+    double end = twt_now() + WAIT_S;
+
+    while (atomic_load_explicit(&g_go, memory_order_acquire) < want) {
+        TW_MP_CHECK(twt_now() < end, "no go-ahead from the peer in %.0f s", WAIT_S);
+        tw_progress(g_ctx);
+        usleep(1000);
+    }
+}
+
+/* tw_stats_print's text. The caller frees it. */
+static char *stats_text(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    TW_MP_CHECK(f != NULL, "open_memstream");
+    TW_MP_CHECK(tw_stats_print(g_ctx, f) == TW_OK, "tw_stats_print");
+    fclose(f);
+    return buf;
+}
+
+static unsigned long stalls_counted(void)
+{
+    char *text = stats_text();
+    const char *at = strstr(text, " stalls=");
+    unsigned long n;
+
+    TW_MP_CHECK(at != NULL, "no stalls counter in:\n%s", text);
+    n = strtoul(at + 8, NULL, 10);
+    free(text);
+    return n;
+}
+
+/* Poll tw_stats_print until it lists a stall that contains @p what. */
+static void wait_listed(const char *what)
+{
+    double end = twt_now() + WAIT_S;
+
+    for (;;) {
+        char *text = stats_text();
+        const char *at = strstr(text, "stalled: ");
+        bool found = at != NULL && strstr(at, what) != NULL;
+        TW_MP_CHECK(found || twt_now() < end, "no stall listed with '%s' after %.0f s:\n%s", what,
+                    WAIT_S, text);
+        free(text);
+        if (found) {
+            return;
+        }
+        tw_progress(g_ctx);
+        usleep(10000);
+    }
+}
+
+static tw_completion_t wait_one(void)
+{
+    tw_completion_t c;
+
+    TW_MP_CHECK(tw_cq_wait(g_cq, &c, 1, (int)(WAIT_S * 1000)) == 1, "no completion in %.0f s",
+                WAIT_S);
+    return c;
+}
+
+static void run_recv(void)
+{
+    uint64_t v = 0;
+
+    if (tw_mp_rank() == 1) {
+        TW_MP_CHECK(tw_recv(g_ctx, 0, 0x7e57, 0, &v, sizeof(v), g_cq, NULL) == TW_OK, "recv");
+        wait_listed("receive from rank 0 tag 0x7e57, 8 bytes");
+        send_go(0);
+        tw_completion_t c = wait_one();
+        TW_MP_CHECK(c.status == TW_OK && v == 0xfeedull, "status %d value %llx", c.status,
+                    (unsigned long long)v);
+    } else {
+        wait_go(1);
+        v = 0xfeedull;
+        TW_MP_CHECK(tw_send(g_ctx, 1, 0x7e57, &v, sizeof(v), g_cq, NULL) == TW_OK, "send");
+        TW_MP_CHECK(wait_one().status == TW_OK, "send completion");
+    }
+}
+
+static uint64_t checksum(const unsigned char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ p[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static void run_stopped(void)
+{
+    unsigned char *big = malloc(BIG_LEN);
+    int64_t pid = getpid();
+
+    TW_MP_CHECK(big != NULL, "malloc");
+    if (tw_mp_rank() == 1) {
+        TW_MP_CHECK(tw_send(g_ctx, 0, TAG_PID, &pid, sizeof(pid), g_cq, NULL) == TW_OK, "pid");
+        TW_MP_CHECK(wait_one().status == TW_OK, "pid send");
+        wait_go(1); /* rank 0 stops us meanwhile */
+        TW_MP_CHECK(tw_recv(g_ctx, 0, TAG_BIG, 0, big, BIG_LEN, g_cq, NULL) == TW_OK, "recv");
+        tw_completion_t c = wait_one();
+        uint64_t want;
+        TW_MP_CHECK(c.status == TW_OK && c.length == BIG_LEN, "big: status %d length %zu", c.status,
+                    c.length);
+        memcpy(&want, big + BIG_LEN - sizeof(want), sizeof(want));
+        TW_MP_CHECK(checksum(big, BIG_LEN - sizeof(want)) == want, "big: bad checksum");
+    } else {
+        TW_MP_CHECK(tw_recv(g_ctx, 1, TAG_PID, 0, &pid, sizeof(pid), g_cq, NULL) == TW_OK, "pid");
+        TW_MP_CHECK(wait_one().status == TW_OK, "pid recv");
+        for (size_t i = 0; i < BIG_LEN; i++) {
+            big[i] = (unsigned char)(i * 131u + 7u);
+        }
+        uint64_t sum = checksum(big, BIG_LEN - sizeof(sum));
+        memcpy(big + BIG_LEN - sizeof(sum), &sum, sizeof(sum));
+        TW_MP_CHECK(kill((pid_t)pid, SIGSTOP) == 0, "SIGSTOP rank 1 (pid %lld)", (long long)pid);
+        TW_MP_CHECK(tw_send(g_ctx, 1, TAG_BIG, big, BIG_LEN, g_cq, NULL) == TW_OK, "big send");
+        wait_listed("send to rank 1 tag 0x2, 1048576 bytes");
+        TW_MP_CHECK(kill((pid_t)pid, SIGCONT) == 0, "SIGCONT rank 1");
+        send_go(1);
+        TW_MP_CHECK(wait_one().status == TW_OK, "big send completion");
+    }
+    free(big);
+}
+
+static void run_slow(void)
+{
+    enum { N = 30 };
+    uint64_t v = 0, last = 0;
+
+    if (tw_mp_rank() == 1) {
+        TW_MP_CHECK(tw_recv(g_ctx, 0, TAG_LAST, 0, &last, sizeof(last), g_cq, &last) == TW_OK,
+                    "recv last");
+        for (uint64_t i = 0; i < N; i++) {
+            TW_MP_CHECK(tw_recv(g_ctx, 0, TAG_DATA, 0, &v, sizeof(v), g_cq, &v) == TW_OK, "recv");
+            tw_completion_t c = wait_one();
+            TW_MP_CHECK(c.user == &v && c.status == TW_OK && v == i, "message %llu: got %llu",
+                        (unsigned long long)i, (unsigned long long)v);
+        }
+        tw_completion_t c = wait_one();
+        TW_MP_CHECK(c.user == &last && c.status == TW_OK && last == N, "last: %llu",
+                    (unsigned long long)last);
+    } else {
+        for (uint64_t i = 0; i <= N; i++) {
+            usleep(100000);
+            TW_MP_CHECK(tw_send(g_ctx, 1, i < N ? TAG_DATA : TAG_LAST, &i, sizeof(i), g_cq, NULL) ==
+                            TW_OK,
+                        "send %llu", (unsigned long long)i);
+            TW_MP_CHECK(wait_one().status == TW_OK, "send completion");
+        }
+    }
+}
+
+/* One case: the environment, a job, the scenario, then the counts. */
+static void run(void (*scenario)(void), int warned_rank, const char *transports, bool manual)
+{
+    TWT_EQ(setenv("TW_TRANSPORTS", transports, 1), 0);
+    TWT_EQ(setenv("TW_STALL_WARN", "1s", 1), 0);
+    if (manual) {
+        TWT_EQ(setenv("TW_PROGRESS_THREADS", "0", 1), 0);
+    }
+    uint64_t warns0 = tw_log_count(TW_LOG_WARN);
+    g_ctx = tw_mp_init();
+    TW_MP_CHECK(tw_mp_size() == 2, "run under twrun -n 2");
+    TW_MP_CHECK(tw_cq_create(g_ctx, 16, &g_cq) == TW_OK, "cq");
+    TW_MP_CHECK(tw_am_register(g_ctx, AM_GO, on_go, NULL) == TW_OK, "am register");
+    tw_mp_barrier(g_ctx, TAG_END);
+    scenario();
+    unsigned long want = tw_mp_rank() == warned_rank ? 1 : 0;
+    unsigned long counted = stalls_counted();
+    uint64_t warns = tw_log_count(TW_LOG_WARN) - warns0;
+    TW_MP_CHECK(counted == want && warns == want,
+                "stalls counter %lu and %llu warning lines, want %lu of each", counted,
+                (unsigned long long)warns, want);
+    char *text = stats_text();
+    TW_MP_CHECK(strstr(text, "stalled: none") != NULL, "a stall still listed:\n%s", text);
+    free(text);
+    tw_mp_barrier(g_ctx, TAG_END + 1);
+    TW_MP_CHECK(tw_finalize(g_ctx) == TW_OK, "finalize");
+    TW_MP_CHECK(tw_cq_destroy(g_cq) == TW_OK, "cq destroy");
+}
+
+/* A duration below 100 ms -- a bare number is microseconds -- is refused
+ * with a line that says how to write it. */
+static void case_bad_value(void)
+{
+    tw_context_t *ctx = NULL;
+    uint64_t errors0 = tw_log_count(TW_LOG_ERROR);
+
+    TWT_EQ(setenv("TW_STALL_WARN", "30", 1), 0);
+    TWT_EQ(tw_init(NULL, &ctx), TW_ERR_INVALID);
+    TWT_CHECK(ctx == NULL);
+    TWT_EQ(tw_log_count(TW_LOG_ERROR) - errors0, 1);
+}
+
+#define CASE(name, scenario, warned, transports, manual) \
+    static void case_##name(void)                        \
+    {                                                    \
+        run(scenario, warned, transports, manual);       \
+    }
+
+CASE(recv, run_recv, 1, "shm", false)
+CASE(recv_manual, run_recv, 1, "shm", true)
+CASE(recv_tcp, run_recv, 1, "tcp", false)
+CASE(stopped, run_stopped, 0, "shm", false)
+CASE(stopped_tcp, run_stopped, 0, "tcp", false)
+CASE(slow, run_slow, -1, "shm", false)
+CASE(slow_manual, run_slow, -1, "tcp", true)
+
+int main(int argc, char **argv)
+{
+    static const twt_case_t cases[] = {{"recv", case_recv},
+                                       {"recv_manual", case_recv_manual},
+                                       {"recv_tcp", case_recv_tcp},
+                                       {"stopped", case_stopped},
+                                       {"stopped_tcp", case_stopped_tcp},
+                                       {"slow", case_slow},
+                                       {"slow_manual", case_slow_manual},
+                                       {"bad_value", case_bad_value}};
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
+}
