@@ -145,18 +145,43 @@ TW_API void tw_config_init(tw_config_t *cfg);
 TW_API tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p);
 
 /**
- * Leave the job. Operations still outstanding complete (sends already
- * handed to a transport are delivered; a large -- rendezvous -- send that
- * its receiver has not read within 2 s is canceled, with a warning) or
- * complete with TW_ERR_CANCELED (receives never matched) on their CQs;
- * every thread the context made is
- * joined. CQs outlive the context: poll them for those last completions,
- * then tw_cq_destroy them. Afterwards every call on @p ctx returns
- * TW_ERR_INVALID (or -1 / 0 where the call returns a count). The last
- * context of a PMIx job leaves it (PMIx_Finalize).
+ * Leave the job. Every operation still outstanding completes exactly once
+ * on its CQ:
+ *   - sends already handed to a transport are delivered (TW_OK); a large
+ *     -- rendezvous -- send that its receiver has not read within 2 s ends
+ *     TW_ERR_CANCELED, with one warning line, or TW_ERR_PEER_FAILED when
+ *     the receiver left first;
+ *   - receives never matched end TW_ERR_CANCELED (TW_ERR_PEER_FAILED when
+ *     their source was seen leaving first); nonblocking collectives end
+ *     TW_ERR_CANCELED; one-sided operations waiting for a peer's reply end
+ *     TW_ERR_CANCELED.
+ * With peers already gone (failed or finalized), their operations end as
+ * above or TW_ERR_PEER_FAILED, and nothing waits for them.
+ * Every thread the context made is joined, its fds closed, its shared
+ * memory unmapped and unlinked. CQs outlive the context: poll them for
+ * those last completions, then tw_cq_destroy them. Afterwards every call
+ * on @p ctx returns TW_ERR_INVALID (or -1 / 0 where the call returns a
+ * count). The last context of a PMIx job leaves it (PMIx_Finalize).
  *
- * @return TW_OK; TW_ERR_INVALID for NULL or an already finalized context.
- * Thread: any, but no other thread may use @p ctx during or after the call.
+ * Bound: about 2 s (the rendezvous grace), plus with TW_RELIABLE=1 the
+ * wait for the acks of the last messages (at most TW_REL_KEEPALIVE x
+ * TW_REL_MISSES), plus for a node's leader under leader routing the wait
+ * for its node's other ranks to leave (at most TW_ROUTE_LINGER when set).
+ *
+ * Other threads: the posting calls (tw_send, tw_send_inject, tw_recv,
+ * tw_am_send, tw_put, tw_get, tw_flush), tw_progress, tw_cq_poll /
+ * tw_cq_wait on the context's CQs, and tw_stats_print / tw_stats_json may
+ * run in other threads during the call. One that began before it
+ * finishes first (tw_finalize waits for it) and its operation completes
+ * as above; one that begins after it started is refused with
+ * TW_ERR_INVALID and an error line; a waiting tw_cq_wait returns the
+ * completions as they come. No other call may run on @p ctx, its groups
+ * or its memory regions during or after tw_finalize, nor may an
+ * active-message handler call it.
+ *
+ * @return TW_OK; TW_ERR_INVALID for NULL, an already finalized context,
+ * or one another thread is finalizing.
+ * Thread: any.
  */
 TW_API tw_status_t tw_finalize(tw_context_t *ctx);
 

@@ -38,14 +38,29 @@ int tw_size(const tw_context_t *ctx)
     return impl != NULL ? impl->size : -1;
 }
 
-int tw_progress(tw_context_t *ctx)
+/* In the gate: tw_cq_wait calls it while another thread may finalize. */
+static int tw_api_progress(tw_context_t *ctx, bool quiet)
 {
-    /* Quietly -1 for a dead context: CQs of a finalized manual-mode
-     * context call this from tw_cq_wait. */
-    if (ctx == NULL || atomic_load_explicit(&ctx->magic, memory_order_acquire) != TW_CTX_LIVE) {
+    tw_ctx_impl_t *impl;
+    int events;
+
+    /* Quietly -1 for a dead context: CQs of a finalized context call
+     * this from tw_cq_wait. */
+    if (ctx == NULL || atomic_load_explicit(&ctx->magic, memory_order_relaxed) != TW_CTX_LIVE) {
         return -1;
     }
-    return tw_ctx_progress(ctx->impl);
+    impl = tw_ctx_enter(ctx, quiet ? NULL : "tw_progress");
+    if (impl == NULL) {
+        return -1;
+    }
+    events = tw_ctx_progress(impl);
+    tw_ctx_leave(ctx);
+    return events;
+}
+
+int tw_progress(tw_context_t *ctx)
+{
+    return tw_api_progress(ctx, false);
 }
 
 int tw_ctx_progress(void *arg)
@@ -75,7 +90,7 @@ int tw_ctx_progress(void *arg)
 
 static int tw_api_progress_cb(void *arg)
 {
-    return tw_progress(arg);
+    return tw_api_progress(arg, true);
 }
 
 void tw_ctx_cq_params_internal(tw_ctx_impl_t *impl, unsigned depth, tw_cq_params_t *p)
@@ -114,29 +129,41 @@ tw_status_t tw_cq_create(tw_context_t *ctx, unsigned depth, tw_cq_t **cq_p)
     return tw_cq_open(&p, cq_p);
 }
 
-/* Common checks of a posting call; NULL when the call must fail. */
+/* A posting call's arguments. */
+static bool tw_api_post_args(tw_ctx_impl_t *impl, tw_context_t *ctx, const char *fn, int peer,
+                             bool any_ok, const void *buf, size_t len, tw_cq_t *cq)
+{
+    if (!((peer >= 0 && peer < impl->size) || (any_ok && peer == TW_ANY_SOURCE))) {
+        tw_error("api", "%s: rank %d is not in the job (size %d)", fn, peer, impl->size);
+        return false;
+    }
+    if (!tw_api_buf_ok(buf, len)) {
+        tw_error("api", "%s: buffer %p of %zu bytes is not a valid buffer", fn, buf, len);
+        return false;
+    }
+    if (cq == NULL) {
+        tw_error("api", "%s: NULL completion queue", fn);
+        return false;
+    }
+    if (tw_cq_owner(cq) != ctx) {
+        tw_error("api", "%s: completion queue %p belongs to another context", fn, (void *)cq);
+        return false;
+    }
+    return true;
+}
+
+/* Common checks of a posting call, in the gate; NULL when the call must
+ * fail (then outside it). */
 static tw_ctx_impl_t *tw_api_post_check(tw_context_t *ctx, const char *fn, int peer, bool any_ok,
                                         const void *buf, size_t len, tw_cq_t *cq)
 {
-    tw_ctx_impl_t *impl = tw_ctx_get(ctx, fn);
+    tw_ctx_impl_t *impl = tw_ctx_enter(ctx, fn);
 
     if (impl == NULL) {
         return NULL;
     }
-    if (!((peer >= 0 && peer < impl->size) || (any_ok && peer == TW_ANY_SOURCE))) {
-        tw_error("api", "%s: rank %d is not in the job (size %d)", fn, peer, impl->size);
-        return NULL;
-    }
-    if (!tw_api_buf_ok(buf, len)) {
-        tw_error("api", "%s: buffer %p of %zu bytes is not a valid buffer", fn, buf, len);
-        return NULL;
-    }
-    if (cq == NULL) {
-        tw_error("api", "%s: NULL completion queue", fn);
-        return NULL;
-    }
-    if (tw_cq_owner(cq) != ctx) {
-        tw_error("api", "%s: completion queue %p belongs to another context", fn, (void *)cq);
+    if (TW_UNLIKELY(!tw_api_post_args(impl, ctx, fn, peer, any_ok, buf, len, cq))) {
+        tw_ctx_leave(ctx);
         return NULL;
     }
     TW_RMA_POSTING(tw_msg_rma(impl->msg));
@@ -151,27 +178,30 @@ tw_status_t tw_send(tw_context_t *ctx, int dst, uint64_t tag, const void *buf, s
     if (TW_UNLIKELY(impl == NULL)) {
         return TW_ERR_INVALID;
     }
-    return tw_msg_send(impl->msg, dst, tag, buf, len, cq, user);
+    tw_status_t st = tw_msg_send(impl->msg, dst, tag, buf, len, cq, user);
+    tw_ctx_leave(ctx);
+    return st;
 }
 
 tw_status_t tw_send_inject(tw_context_t *ctx, int dst, uint64_t tag, const void *buf, size_t len)
 {
-    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_send_inject");
+    tw_ctx_impl_t *impl = tw_ctx_enter(ctx, "tw_send_inject");
+    tw_status_t st = TW_ERR_INVALID;
 
     if (TW_UNLIKELY(impl == NULL)) {
         return TW_ERR_INVALID;
     }
     if (TW_UNLIKELY(dst < 0 || dst >= impl->size)) {
         tw_error("api", "tw_send_inject: rank %d is not in the job (size %d)", dst, impl->size);
-        return TW_ERR_INVALID;
-    }
-    TW_RMA_POSTING(tw_msg_rma(impl->msg));
-    if (TW_UNLIKELY(len > TW_INJECT_MAX || !tw_api_buf_ok(buf, len))) {
+    } else if (TW_UNLIKELY(len > TW_INJECT_MAX || !tw_api_buf_ok(buf, len))) {
         tw_error("api", "tw_send_inject: %zu bytes at %p (at most %d, and a buffer)", len, buf,
                  TW_INJECT_MAX);
-        return TW_ERR_INVALID;
+    } else {
+        TW_RMA_POSTING(tw_msg_rma(impl->msg));
+        st = tw_msg_send_inject(impl->msg, dst, tag, buf, len);
     }
-    return tw_msg_send_inject(impl->msg, dst, tag, buf, len);
+    tw_ctx_leave(ctx);
+    return st;
 }
 
 tw_status_t tw_recv(tw_context_t *ctx, int src, uint64_t tag, uint64_t ignore_mask, void *buf,
@@ -182,7 +212,9 @@ tw_status_t tw_recv(tw_context_t *ctx, int src, uint64_t tag, uint64_t ignore_ma
     if (TW_UNLIKELY(impl == NULL)) {
         return TW_ERR_INVALID;
     }
-    return tw_msg_recv(impl->msg, src, tag, ignore_mask, buf, len, cq, user);
+    tw_status_t st = tw_msg_recv(impl->msg, src, tag, ignore_mask, buf, len, cq, user);
+    tw_ctx_leave(ctx);
+    return st;
 }
 
 tw_status_t tw_am_register(tw_context_t *ctx, uint8_t id, tw_am_handler_t fn, void *arg)
@@ -207,12 +239,15 @@ tw_status_t tw_am_send(tw_context_t *ctx, int dst, uint8_t id, const void *hdr, 
     if (TW_UNLIKELY(impl == NULL)) {
         return TW_ERR_INVALID;
     }
+    tw_status_t st = TW_ERR_INVALID;
     if (hdr_len > TW_AM_HDR_MAX || (hdr_len > 0 && hdr == NULL)) {
         tw_error("api", "tw_am_send: header %p of %zu bytes (at most %d)", hdr, hdr_len,
                  TW_AM_HDR_MAX);
-        return TW_ERR_INVALID;
+    } else {
+        st = tw_msg_am_send(impl->msg, dst, id, hdr, hdr_len, data, len, cq, user);
     }
-    return tw_msg_am_send(impl->msg, dst, id, hdr, hdr_len, data, len, cq, user);
+    tw_ctx_leave(ctx);
+    return st;
 }
 
 /* ---- one-sided ---------------------------------------------------------- */
@@ -250,6 +285,7 @@ static tw_ctx_impl_t *tw_api_rma_check(tw_context_t *ctx, const char *fn, int pe
 
     if (impl != NULL && len > TW_RMA_MAX_LEN) {
         tw_error("api", "%s: %zu bytes, more than TW_RMA_MAX_LEN", fn, len);
+        tw_ctx_leave(ctx);
         return NULL;
     }
     return impl;
@@ -263,7 +299,9 @@ tw_status_t tw_put(tw_context_t *ctx, int dst, const void *src, size_t len, uint
     if (TW_UNLIKELY(impl == NULL)) {
         return TW_ERR_INVALID;
     }
-    return tw_rma_put(tw_msg_rma(impl->msg), dst, src, len, remote_addr, rkey, cq, user);
+    tw_status_t st = tw_rma_put(tw_msg_rma(impl->msg), dst, src, len, remote_addr, rkey, cq, user);
+    tw_ctx_leave(ctx);
+    return st;
 }
 
 tw_status_t tw_get(tw_context_t *ctx, int src, void *dst, size_t len, uint64_t remote_addr,
@@ -274,7 +312,9 @@ tw_status_t tw_get(tw_context_t *ctx, int src, void *dst, size_t len, uint64_t r
     if (TW_UNLIKELY(impl == NULL)) {
         return TW_ERR_INVALID;
     }
-    return tw_rma_get(tw_msg_rma(impl->msg), src, dst, len, remote_addr, rkey, cq, user);
+    tw_status_t st = tw_rma_get(tw_msg_rma(impl->msg), src, dst, len, remote_addr, rkey, cq, user);
+    tw_ctx_leave(ctx);
+    return st;
 }
 
 tw_status_t tw_flush(tw_context_t *ctx, int peer, tw_cq_t *cq, void *user)
@@ -284,7 +324,9 @@ tw_status_t tw_flush(tw_context_t *ctx, int peer, tw_cq_t *cq, void *user)
     if (TW_UNLIKELY(impl == NULL)) {
         return TW_ERR_INVALID;
     }
-    return tw_rma_flush(tw_msg_rma(impl->msg), peer, cq, user);
+    tw_status_t st = tw_rma_flush(tw_msg_rma(impl->msg), peer, cq, user);
+    tw_ctx_leave(ctx);
+    return st;
 }
 
 tw_status_t tw_set_error_handler(tw_context_t *ctx, tw_error_handler_t fn, void *arg)
@@ -311,13 +353,8 @@ static int tw_api_print_iface(tw_tl_iface_t *iface, void *arg)
     return 0;
 }
 
-tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
+static tw_status_t tw_api_stats_print(tw_ctx_impl_t *impl, FILE *out)
 {
-    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_stats_print");
-
-    if (impl == NULL) {
-        return TW_ERR_INVALID;
-    }
     if (out == NULL) {
         tw_error("api", "tw_stats_print: NULL stream");
         return TW_ERR_INVALID;
@@ -399,14 +436,10 @@ static void tw_api_json_nodes(const tw_bootstrap_t *bs, FILE *out)
     fputc(']', out);
 }
 
-tw_status_t tw_stats_json(tw_context_t *ctx, FILE *out)
+static tw_status_t tw_api_stats_json(tw_ctx_impl_t *impl, FILE *out)
 {
-    tw_ctx_impl_t *impl = tw_ctx_get(ctx, "tw_stats_json");
     tw_api_json_walk_t walk = {.out = out};
 
-    if (impl == NULL) {
-        return TW_ERR_INVALID;
-    }
     if (out == NULL) {
         tw_error("api", "tw_stats_json: NULL stream");
         return TW_ERR_INVALID;
@@ -438,6 +471,31 @@ tw_status_t tw_stats_json(tw_context_t *ctx, FILE *out)
     tw_stats_json_group(impl->cq_stats, out);
     fputs("}\n", out);
     return TW_OK;
+}
+
+/* The statistics calls, in the gate: another thread may finalize. */
+tw_status_t tw_stats_print(tw_context_t *ctx, FILE *out)
+{
+    tw_ctx_impl_t *impl = tw_ctx_enter(ctx, "tw_stats_print");
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    tw_status_t st = tw_api_stats_print(impl, out);
+    tw_ctx_leave(ctx);
+    return st;
+}
+
+tw_status_t tw_stats_json(tw_context_t *ctx, FILE *out)
+{
+    tw_ctx_impl_t *impl = tw_ctx_enter(ctx, "tw_stats_json");
+
+    if (impl == NULL) {
+        return TW_ERR_INVALID;
+    }
+    tw_status_t st = tw_api_stats_json(impl, out);
+    tw_ctx_leave(ctx);
+    return st;
 }
 
 /* ---- collectives: the calls that take a context ------------------------- */

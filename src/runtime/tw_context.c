@@ -6,9 +6,12 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/membarrier.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "coll/tw_coll.h"
@@ -160,8 +163,10 @@ static tw_context_t *tw_shell_get(void)
         }
     }
     if (c == NULL) {
-        c = calloc(1, sizeof(*c)); /* libc: must outlive any jemalloc arena use */
+        /* libc: must outlive any jemalloc arena use; aligned for the gate. */
+        c = aligned_alloc(TW_CACHELINE, sizeof(*c));
         if (c != NULL) {
+            memset(c, 0, sizeof(*c));
             c->next = tw_shells;
             tw_shells = c;
         }
@@ -193,6 +198,65 @@ __attribute__((destructor)) static void tw_shells_free(void)
     }
     tw_shells = NULL;
     tw_mutex_unlock(&tw_shell_lock);
+}
+
+/* ---- the gate (tw_context_int.h) ---------------------------------------- */
+
+atomic_bool tw_gate_fence = true;
+static pthread_once_t tw_gate_once = PTHREAD_ONCE_INIT;
+
+/* Callers need no fence when tw_finalize can make every thread of the
+ * process run one (Linux 4.14; a seccomp filter may refuse it). */
+static void tw_gate_setup(void)
+{
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+
+    if (cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0) {
+        atomic_store_explicit(&tw_gate_fence, false, memory_order_relaxed);
+    } else {
+        tw_debug("init", "membarrier is not available (%s): calls pay a fence instead",
+                 strerror(errno));
+    }
+}
+
+tw_ctx_impl_t *tw_ctx_refuse(tw_context_t *ctx, const char *fn, bool inside)
+{
+    if (inside) {
+        tw_ctx_leave(ctx);
+    }
+    if (fn == NULL) {
+        return NULL;
+    }
+    if (ctx == NULL) {
+        tw_error("api", "%s: NULL context", fn);
+    } else {
+        tw_error("api", "%s: context %p is finalized or not a context", fn, (void *)ctx);
+    }
+    return NULL;
+}
+
+/* After @p ctx was marked dead: wait until no other thread is inside its
+ * gate (the caller's own calls, if it is inside one, do not count). */
+static void tw_gate_drain(tw_context_t *ctx)
+{
+    unsigned self = tw_thread_index();
+
+    if (atomic_load_explicit(&tw_gate_fence, memory_order_relaxed) ||
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+    for (unsigned i = 0; i < TW_GATE_SLOTS; i++) {
+        unsigned mine =
+            i == self ? atomic_load_explicit(&ctx->gate[i].inside, memory_order_relaxed) : 0;
+        while (atomic_load_explicit(&ctx->gate[i].inside, memory_order_acquire) != mine) {
+            sched_yield();
+        }
+    }
+    while (atomic_load_explicit(&ctx->gate_shared, memory_order_acquire) !=
+           (self >= TW_GATE_SLOTS ? 1u : 0u)) {
+        sched_yield();
+    }
 }
 
 tw_ctx_impl_t *tw_ctx_get(const tw_context_t *ctx, const char *fn)
@@ -552,6 +616,7 @@ tw_status_t tw_init(const tw_config_t *cfg, tw_context_t **ctx_p)
         tw_error("init", "tw_init: NULL ctx_p");
         return TW_ERR_INVALID;
     }
+    (void)pthread_once(&tw_gate_once, tw_gate_setup);
     impl = tw_calloc(1, sizeof(*impl));
     if (impl == NULL) {
         return TW_ERR_NOMEM;
@@ -684,8 +749,16 @@ tw_status_t tw_finalize(tw_context_t *ctx)
     if (impl->cfg.stats_at_exit != TW_CTX_STATS_OFF) {
         tw_ctx_stats_at_exit(ctx, impl->cfg.stats_at_exit);
     }
-    /* Dead first: a stray call from now on is refused, not a crash. */
-    atomic_store_explicit(&ctx->magic, 0, memory_order_release);
+    /* Dead first: a call from now on is refused, not a crash; one still
+     * inside the gate finishes before anything is torn down. */
+    unsigned live = TW_CTX_LIVE;
+    if (!atomic_compare_exchange_strong_explicit(&ctx->magic, &live, 0, memory_order_seq_cst,
+                                                 memory_order_relaxed)) {
+        tw_error("api", "tw_finalize: context %p is being finalized by another thread",
+                 (void *)ctx);
+        return TW_ERR_INVALID;
+    }
+    tw_gate_drain(ctx);
     /* Nonblocking collectives still running end CANCELED. */
     tw_coll_stop(impl->coll);
     /* Goodbyes in sequence after the data, and the acks for it. */

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "core/tw_atomic.h"
 #include "core/tw_config.h"
 #include "core/tw_lock.h"
 #include "core/tw_stats.h"
@@ -70,14 +71,86 @@ typedef struct tw_ctx_impl {
     void *err_arg;             /* guarded by err_lock */
 } tw_ctx_impl_t;
 
+/*
+ * The gate: calls that may run while another thread finalizes (the posting
+ * calls, tw_progress -- which tw_cq_wait calls --, tw_stats_*) enter it,
+ * and tw_finalize waits until no thread is inside before it tears anything
+ * down; a call that enters after tw_finalize began is refused.
+ *
+ * Each thread counts its calls in a slot of its own (tw_thread_index), so
+ * entering costs a plain store and no fence: tw_finalize, after it marks
+ * the context dead, makes every running thread execute a full barrier
+ * (membarrier, private expedited), and only then reads the slots. So a
+ * caller either saw the context dead, or its count is seen. Where the
+ * kernel refuses membarrier, callers pay a fence instead (tw_gate_fence).
+ * Threads with an index beyond the slots share one atomic counter.
+ */
+#define TW_GATE_SLOTS 256
+
+typedef struct tw_gate_slot {
+    atomic_uint inside; /* written only by the slot's thread */
+} TW_ALIGNED(TW_CACHELINE) tw_gate_slot_t;
+
+extern atomic_bool tw_gate_fence; /* cleared once, before a context is live */
+
 struct tw_context {
     atomic_uint magic; /* TW_CTX_LIVE while usable */
     tw_ctx_impl_t *impl;
-    struct tw_context *next; /* shell list; guarded by the shell lock */
+    struct tw_context *next;    /* shell list; guarded by the shell lock */
+    atomic_uint refused_logged; /* calls refused after tw_finalize: logged once */
+    atomic_uint gate_shared;    /* the gate of threads beyond the slots */
+    tw_gate_slot_t gate[TW_GATE_SLOTS];
 };
 
 #define TW_CTX_LIVE 0x74776378u /* "twcx" */
 #define TW_CTX_DEAD 0x64656164u
+
+/** The refusal of a call on @p ctx that is not live (or NULL): logged
+ * (after tw_finalize, once per context), with the gate left when
+ * @p inside. Always NULL. */
+tw_ctx_impl_t *tw_ctx_refuse(tw_context_t *ctx, const char *fn, bool inside);
+
+/** Enter @p ctx's gate: its implementation, or NULL (logged with @p fn,
+ * and not inside) when it is not live. Pair with tw_ctx_leave. A pointer
+ * that is not a live context is only read, never written. */
+static inline tw_ctx_impl_t *tw_ctx_enter(tw_context_t *ctx, const char *fn)
+{
+    unsigned i;
+
+    if (TW_UNLIKELY(ctx == NULL ||
+                    atomic_load_explicit(&ctx->magic, memory_order_relaxed) != TW_CTX_LIVE)) {
+        return tw_ctx_refuse(ctx, fn, false);
+    }
+    i = tw_thread_index();
+    if (TW_LIKELY(i < TW_GATE_SLOTS)) {
+        unsigned n = atomic_load_explicit(&ctx->gate[i].inside, memory_order_relaxed);
+        atomic_store_explicit(&ctx->gate[i].inside, n + 1, memory_order_relaxed);
+        if (TW_UNLIKELY(atomic_load_explicit(&tw_gate_fence, memory_order_relaxed))) {
+            atomic_thread_fence(memory_order_seq_cst);
+        } else {
+            atomic_signal_fence(memory_order_seq_cst); /* tw_finalize's membarrier */
+        }
+    } else {
+        atomic_fetch_add_explicit(&ctx->gate_shared, 1, memory_order_seq_cst);
+    }
+    if (TW_UNLIKELY(atomic_load_explicit(&ctx->magic, memory_order_acquire) != TW_CTX_LIVE)) {
+        return tw_ctx_refuse(ctx, fn, true);
+    }
+    return ctx->impl;
+}
+
+/** Leave the gate entered by a tw_ctx_enter that returned non-NULL. */
+static inline void tw_ctx_leave(tw_context_t *ctx)
+{
+    unsigned i = tw_thread_index();
+
+    if (TW_LIKELY(i < TW_GATE_SLOTS)) {
+        unsigned n = atomic_load_explicit(&ctx->gate[i].inside, memory_order_relaxed);
+        atomic_store_explicit(&ctx->gate[i].inside, n - 1, memory_order_release);
+    } else {
+        atomic_fetch_sub_explicit(&ctx->gate_shared, 1, memory_order_release);
+    }
+}
 
 /** CQ parameters of @p impl's context (tw_cq_create's, and the CQs the
  * layers make for themselves). */
