@@ -47,6 +47,8 @@
 #include "core/tw_log.h"
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
+#include "msg/tw_msg.h"
+#include "msg/tw_stall.h"
 
 /* ---- waiting and waking -------------------------------------------------- */
 
@@ -120,6 +122,49 @@ static tw_status_t tw_cshm_await(tw_coll_op_t *op, int j, _Atomic uint64_t *w, u
     return st;
 }
 
+/* The stall watchdog (TW_STALL_WARN) for a blocking wait on a member:
+ * one line when its word has not moved for the limit. */
+typedef struct tw_cshm_stall {
+    uint64_t last;  /* the word as last seen */
+    uint64_t since; /* when it last moved (0: not yet looked) */
+    bool warned;
+} tw_cshm_stall_t;
+
+static void tw_cshm_stall_check(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t now,
+                                tw_cshm_stall_t *st)
+{
+    static const char *const kinds[] = {"barrier", "bcast", "reduce", "allreduce"};
+    tw_stall_t *s = tw_msg_stall(op->g->coll->p.msg);
+    uint64_t v = atomic_load_explicit(w, memory_order_relaxed), limit = tw_stall_limit_ns(s);
+
+    if (limit == 0 || st->warned) {
+        return;
+    }
+    if (st->since == 0 || v != st->last) {
+        st->last = v;
+        st->since = now;
+        return;
+    }
+    if (now - st->since < limit) {
+        return;
+    }
+    int peer = op->g->ranks[op->g->local[j]];
+    char waits[96];
+    snprintf(waits, sizeof(waits), "rank %d to reach the group's collective number %llu", peer,
+             (unsigned long long)op->seq + 1);
+    tw_stall_desc_t d = {.op = kinds[op->kind],
+                         .prep = "with",
+                         .peer = peer,
+                         .len = op->kind == TW_COLL_BARRIER ? 0
+                                : op->kind == TW_COLL_BCAST
+                                    ? op->count
+                                    : op->count * tw_coll_dtype_size(op->dt),
+                         .tl = "shm (the node's collective segment)",
+                         .waits = waits};
+    st->warned = true;
+    tw_stall_note(s, &d, (double)(now - st->since) / 1e9);
+}
+
 static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t target,
                                      uint64_t spin_ns)
 {
@@ -133,6 +178,7 @@ static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *
      * ~10 us, several handoffs). */
     unsigned mask = spin_ns == 0 ? 0 : 255;
     bool adaptive = false; /* this wait may find spinning in vain */
+    tw_cshm_stall_t stall = {.last = atomic_load_explicit(w, memory_order_relaxed)};
 
     for (unsigned polls = 1;; polls++) {
         if (atomic_load_explicit(w, memory_order_relaxed) >= target) {
@@ -195,6 +241,7 @@ static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *
             sched_yield(); /* let whoever shares this core run */
             continue;
         }
+        tw_cshm_stall_check(op, j, w, now, &stall);
         /* Sleep, at most a millisecond: a lost wake-up or a failure
          * without one costs that much, never a hang. */
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 1000000};

@@ -91,10 +91,12 @@ static void tw_stall_describe(const tw_stall_desc_t *d, char *buf, size_t size)
     if (d->has_tag) {
         snprintf(tag, sizeof(tag), " tag 0x%" PRIx64, d->tag);
     }
-    snprintf(buf, size, "%s %s %s%s, %zu bytes%s%s", d->op,
-             strcmp(d->op, "receive") == 0 || strcmp(d->op, "collective receive") == 0 ? "from"
-                                                                                       : "to",
-             peer, tag, d->len, d->tl != NULL ? " over " : "", d->tl != NULL ? d->tl : "");
+    const char *prep = d->prep;
+    if (prep == NULL) {
+        prep = strstr(d->op, "receive") != NULL ? "from" : "to";
+    }
+    snprintf(buf, size, "%s %s %s%s, %zu bytes%s%s", d->op, prep, peer, tag, d->len,
+             d->tl != NULL ? " over " : "", d->tl != NULL ? d->tl : "");
 }
 
 void tw_stall_check(tw_stall_visit_t *v, tw_stall_mark_t *m, const tw_stall_desc_t *d)
@@ -122,6 +124,13 @@ void tw_stall_check(tw_stall_visit_t *v, tw_stall_mark_t *m, const tw_stall_desc
         return; /* the peer is alive and busy: slow, not stalled */
     }
     m->warned = true;
+    tw_stall_note(s, d, over_s);
+}
+
+void tw_stall_note(tw_stall_t *s, const tw_stall_desc_t *d, double over_s)
+{
+    char what[160];
+
     tw_stats_inc(s->stats, s->stat_id);
     tw_stall_describe(d, what, sizeof(what));
     tw_warn("stall",

@@ -16,7 +16,9 @@
  * the layers that keep operations (walkers) visit them under their own
  * locks; an operation posted at least three epochs ago (older than the
  * limit) whose peer has been quiet as long is stalled. A wildcard receive
- * counts any peer's sign of life.
+ * counts any peer's sign of life. A blocking collective waiting on the
+ * node's shared memory checks for itself (tw_stall_note, tw_coll_shm.c):
+ * the member it waits for has not moved for the limit.
  *
  * The cost when on: one relaxed load per post, two per arrival, a list
  * link per zero-copy send (tw_msg.c), and a walk of the outstanding
@@ -52,6 +54,7 @@ typedef struct tw_stall_desc {
     uint64_t tag;      /* tag, or the active-message id */
     size_t len;        /* bytes (a receive: its buffer) */
     const char *tl;    /* the transport to the peer, or NULL */
+    const char *prep;  /* "from", "to", "with" before the peer; NULL: by op */
     const char *waits; /* "a matching send", ... */
 } tw_stall_desc_t;
 
@@ -119,6 +122,17 @@ static inline void tw_stall_heard(tw_stall_t *s, int peer)
  * tw_stall_print) lists it when it was warned of. Thread: the walker's,
  * under the lock that keeps @p m's operation. */
 void tw_stall_check(tw_stall_visit_t *v, tw_stall_mark_t *m, const tw_stall_desc_t *d);
+
+/** A wait its caller runs itself (a blocking collective on the node's
+ * shared memory), stalled @p over_s seconds: one warning line, counted.
+ * Not listed by tw_stall_print. Thread: any. */
+void tw_stall_note(tw_stall_t *s, const tw_stall_desc_t *d, double over_s);
+
+/** TW_STALL_WARN in ns (0: off). */
+static inline uint64_t tw_stall_limit_ns(const tw_stall_t *s)
+{
+    return s->period_ns * 2;
+}
 
 /** The operations warned of and still outstanding, a line each, led by
  * @p indent; "none" when there are none. Thread: any. */

@@ -11,6 +11,9 @@
  *            send is listed and warned of once; then SIGCONT, and the
  *            message arrives whole (checksum).
  *   bad_value  TW_STALL_WARN=30 (30 us) is refused by tw_init.
+ *   coll     rank 0 waits in a barrier that rank 1 enters only once rank 0
+ *            counted the stall: one line, on the node's collective segment
+ *            (shm) or for a collective receive (tcp).
  *   slow     rank 1's receive for the last message waits 3 s while rank 0
  *            streams other messages to it every 100 ms: slow, not stalled,
  *            so no line on either rank.
@@ -22,6 +25,7 @@
  * stall in turn).
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -219,6 +223,35 @@ static void run_slow(void)
     }
 }
 
+/* A barrier that one rank enters late: rank 0's thread waits in it until
+ * rank 0 has counted the stall, then rank 1 comes. Over shm the wait is
+ * on the node's collective segment; over tcp, a collective receive. */
+static void *barrier_thread(void *arg)
+{
+    tw_group_t *world = tw_group_world(g_ctx);
+
+    TW_MP_CHECK(world != NULL && tw_barrier(world) == TW_OK, "late barrier");
+    return arg;
+}
+
+static void run_coll(void)
+{
+    if (tw_mp_rank() == 1) {
+        wait_go(1);
+        TW_MP_CHECK(tw_barrier(tw_group_world(g_ctx)) == TW_OK, "barrier");
+        return;
+    }
+    pthread_t th;
+    double end = twt_now() + WAIT_S;
+    TW_MP_CHECK(pthread_create(&th, NULL, barrier_thread, NULL) == 0, "pthread_create");
+    while (stalls_counted() == 0) {
+        TW_MP_CHECK(twt_now() < end, "no stall counted in %.0f s", WAIT_S);
+        usleep(10000);
+    }
+    send_go(1);
+    pthread_join(th, NULL);
+}
+
 /* One case: the environment, a job, the scenario, then the counts. */
 static void run(void (*scenario)(void), int warned_rank, const char *transports, bool manual)
 {
@@ -272,6 +305,8 @@ CASE(recv_manual, run_recv, 1, "shm", true)
 CASE(recv_tcp, run_recv, 1, "tcp", false)
 CASE(stopped, run_stopped, 0, "shm", false)
 CASE(stopped_tcp, run_stopped, 0, "tcp", false)
+CASE(coll, run_coll, 0, "shm", false)
+CASE(coll_tcp, run_coll, 0, "tcp", false)
 CASE(slow, run_slow, -1, "shm", false)
 CASE(slow_manual, run_slow, -1, "tcp", true)
 
@@ -282,6 +317,8 @@ int main(int argc, char **argv)
                                        {"recv_tcp", case_recv_tcp},
                                        {"stopped", case_stopped},
                                        {"stopped_tcp", case_stopped_tcp},
+                                       {"coll", case_coll},
+                                       {"coll_tcp", case_coll_tcp},
                                        {"slow", case_slow},
                                        {"slow_manual", case_slow_manual},
                                        {"bad_value", case_bad_value}};
