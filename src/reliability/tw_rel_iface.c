@@ -245,6 +245,7 @@ static void tw_rel_quiesce(tw_tl_iface_t *iface)
     uint64_t deadline = rel->clock() + timeout_ns;
     tw_backoff_t b = TW_BACKOFF_INIT;
 
+    atomic_store_explicit(&rel->leaving, true, memory_order_relaxed);
     for (int peer = 0; peer < rel->size; peer++) {
         tw_rel_peer_t *p = &rel->peers[peer];
         if (peer == rel->rank || p->paths_reach == 0) {
@@ -435,6 +436,7 @@ tw_status_t tw_rel_wrap(tw_tl_iface_t *const *paths, unsigned n, const tw_tl_par
     atomic_init(&rel->armed_at, UINT64_MAX);
     atomic_flag_clear(&rel->in_pass);
     atomic_init(&rel->drain_wanted, false);
+    atomic_init(&rel->leaving, false);
     tw_mutex_init(&rel->arm_lock, TW_LOCK_RANK_REL_ARM, "rel timer");
     atomic_init(&rel->logged, 0);
     do {

@@ -193,6 +193,9 @@ struct tw_rel {
     /* Some peer's engine_drain is set: set (release) under that peer's
      * lock, taken (acq_rel exchange) by the engine. */
     atomic_bool drain_wanted;
+    /* tw_finalize's quiesce began: set once (relaxed), read under a
+     * peer's lock (tw_rel_path_lost). */
+    atomic_bool leaving;
     atomic_uint_fast64_t logged; /* tw_rel_should_log's count; any thread, relaxed */
     tw_stats_t *stats;
 };

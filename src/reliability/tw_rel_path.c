@@ -27,6 +27,22 @@
 #include "core/tw_log.h"
 #include "reliability/tw_rel_int.h"
 
+/* Nothing but our goodbye waits for the peer's ack. Lock held. */
+static bool tw_rel_owes_only_bye(const tw_rel_peer_t *p) TW_REQUIRES(p->lock)
+{
+    if (p->q_head != NULL) {
+        return false;
+    }
+    for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
+        const tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
+        if (s->msg != NULL && !s->acked &&
+            !(s->msg->am_id == TW_REL_BYE_AM && s->msg->len == 0 && s->msg->hdr_len == 0)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Path @p g no longer reaches @p peer: for good (@p dead: its transport
  * said so) or until probes say otherwise. @p what NULL: the peer closed it
  * cleanly -- it is leaving (finalize closes its paths after its goodbye),
@@ -50,6 +66,21 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
          * nothing we still owe it would be received. Resending on another
          * path would only dial a rank that is gone (over tcp: a refused
          * connect, an error line); fail what is left, quietly. */
+        tw_rel_peer_fail(rel, p, peer, "it left", todo);
+        return;
+    }
+    if (what != NULL && atomic_load_explicit(&rel->leaving, memory_order_relaxed) &&
+        tw_rel_owes_only_bye(p)) {
+        /* We are leaving and owe it nothing but our goodbye, unanswered:
+         * it has most likely left (its goodbye to us, or its ack of ours,
+         * lost on the way). Failing over would dial a rank that is gone
+         * -- over tcp a refused connect, an error line -- for a message
+         * it no longer needs: we are done with it, quietly. */
+        tw_debug("rel",
+                 "path %s to rank %d failed (%s) while we leave, only our goodbye "
+                 "unacknowledged: done with it",
+                 rel->paths[g].iface->name, peer, what);
+        p->left = true;
         tw_rel_peer_fail(rel, p, peer, "it left", todo);
         return;
     }

@@ -36,6 +36,8 @@
  *   left_then_due   (regression) a peer said goodbye with our messages
  *                   unacknowledged: when due they fail, quietly, and
  *                   nothing is sent again;
+ *   leaving_bye_lost  (regression) we leave and our goodbye goes
+ *                   unanswered: the path fails, no failover, quietly;
  *   closed_before_bye  (regression) a peer closed a path cleanly before
  *                   its goodbye came: nothing more goes to it on any path,
  *                   and after a silent keepalive period what is left
@@ -91,6 +93,7 @@ static const twt_case_t cases[] = {
     {"far_stale", case_far_stale},
     {"left_then_closed", case_left_then_closed},
     {"left_then_due", case_left_then_due},
+    {"leaving_bye_lost", case_leaving_bye_lost},
     {"closed_before_bye", case_closed_before_bye},
     {"closed_then_ack", case_closed_then_ack},
     {"reenter", case_reenter},

@@ -5,6 +5,7 @@
 
 #include "core/tw_crc32c.h"
 #include "core/tw_log.h"
+#include "reliability/tw_rel_int.h"
 #include "test_rel_rig.h"
 
 void case_basic(void)
@@ -481,6 +482,35 @@ void case_left_then_due(void)
     TWT_EQ(carried(0) + carried(1), sent0);
     TWT_EQ(rel_stat(0, TW_REL_STAT_RETRANSMITS), resent);
     four_failed_quietly(errors0, warns0);
+    case_end();
+}
+
+/* Regression (asan/leader_route:rel, about 1 run in 20 under load: a dial
+ * the departed rank refused, an error line): we are leaving and our
+ * goodbye to rank 1 is lost -- rank 1 heard nothing from us and left.
+ * Its retransmissions unanswered, the path fails with nothing but the
+ * goodbye unacknowledged: we are done with rank 1, quietly, and send
+ * nothing on the other path. */
+void case_leaving_bye_lost(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+    uint64_t errors0 = tw_log_count(TW_LOG_ERROR), warns0 = tw_log_count(TW_LOG_WARN);
+
+    case_begin("our goodbye unanswered while we leave: the path fails, no failover, quiet");
+    rig_open(&cfg, 2);
+    rig.wire.on_deliver = drop_rank0_data;
+    rank_mute(1); /* it left */
+    tw_rel_t *rel0 = (tw_rel_t *)rig.sides[0].rel;
+    atomic_store(&rel0->leaving, true); /* what tw_rel_quiesce sets first */
+    TWT_EQ(tw_rel_post(rel0, 1, TW_REL_BYE_AM, NULL, 0, NULL, 0, true, NULL, true), TW_OK);
+    uint64_t on_path1 = carried(1);
+    TWT_CHECK(pump(500, NULL)); /* past the retransmissions on path 0 */
+    TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 0u);
+    TWT_EQ(carried(1), on_path1);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_PEER_FAILURES), 0u);
+    TWT_EQ(tw_log_count(TW_LOG_ERROR), errors0);
+    TWT_EQ(tw_log_count(TW_LOG_WARN), warns0);
+    rig.wire.on_deliver = NULL;
     case_end();
 }
 
