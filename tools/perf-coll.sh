@@ -57,6 +57,12 @@
 # for the Open MPI columns; without them, or without a tw_coll_perf in
 # BUILD_DIR, the table has the other columns only. About 1 minute a rep on
 # 2 cores for the one-node sections, half a minute for cluster.
+# For tools/report.sh: MEDIANS=FILE also writes every median there, one a
+# line: SECTION|IMPL|OP|BYTES|METRIC|MEDIAN (SECTION as below, or
+# threads1/2, overlap8, cluster2/4; IMPL tuned, sm or tw; BYTES 0 for
+# barrier; METRIC lat, loop in us, rate in k/s, ovl in %), sorted; ITERS=N
+# runs every measurement N iterations (a quick check; figures then mean
+# little).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
@@ -134,6 +140,7 @@ run() {
   op=$2
   local ompi=("${pin[@]}")
   [ "$n" -le 2 ] || ompi=("${over[@]}")
+  [ -z "${ITERS:-}" ] || set -- "$@" -i "$ITERS" -x 1 # the last -i wins
   case $sec.$impl in
     cluster*.tw) out=$(cluster "$n" -- "$build/tools/tw_coll_perf" "$@") || true ;;
     cluster*.tuned)
@@ -189,6 +196,16 @@ for rep in $(seq "$reps"); do
 done
 
 m() { tr ' ' '\n' <<<"${r[$1]:-}" | awk 'NF && $1 != "-"' | median; }
+if [ -n "${MEDIANS:-}" ]; then
+  # m of every key in one awk (m per key forks 4 times: ~20 s on 2 busy cores).
+  for k in "${!r[@]}"; do echo "${k//./|} ${r[$k]}"; done | awk '
+    { n = 0
+      for (i = 2; i <= NF; i++) if ($i != "-") {
+        for (j = n++; j > 0 && v[j] + 0 > $i + 0; j--) v[j + 1] = v[j]
+        v[j + 1] = $i }
+      print $1 "|" (n == 0 ? "-" : n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) }' |
+    sort -t'|' -k1,3 -k4,4n -k5 >"$MEDIANS"
+fi
 sz() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; else if (b >= 1024)
   printf "%d KiB", b / 1024; else printf "%d B", b }'; }
 # The columns of the table being printed: impls (cluster: but sm).

@@ -33,6 +33,19 @@
 # Needs ucx-utils for the UCX column, openmpi-bin and libopenmpi-dev for the
 # Open MPI one (tcp); a missing peer shows "-". About 15 s (shm) and
 # 1.5 min (tcp) at REPS=5 on 2 cores.
+# For tools/report.sh (which plots them), three more settings:
+#   SWEEP=1   adds rows over message sizes (SIZES, bytes, default "8 64
+#             512 4096 16384 65536 262144 1048576"): latency (manual and
+#             progress thread, both spin) and bandwidth (manual spin,
+#             progress thread default), and the 8 B rate over threads per
+#             process (THREADS, default "1 2 4 8"; manual spin, progress
+#             thread default) beside ucx_perftest -T (Open MPI's peer is
+#             single-threaded: its 1-thread rate only). Kinds KIND.SIZE and
+#             rate.tTHREADS; a run moves up to 1 GiB or 200000 messages.
+#   MEDIANS=FILE  also writes the table to FILE, '|' between the fields,
+#             with each row's kind first (header: kind|measurement|...).
+#   ITERS=N   every run N iterations (a quick check of the pipeline; the
+#             figures then mean little).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { echo "usage: tools/perf-peers.sh shm|tcp|verbs [BUILD_DIR [BASE_BUILD_DIR]]   (REPS=N, default 5)" >&2; exit 2; }
@@ -150,6 +163,40 @@ case $transport in
   *) usage ;;
 esac
 
+if [ -n "${SWEEP:-}" ]; then
+  # sized ARGS SIZE ITERS: a peer's arguments for a kind with -s and -n
+  # replaced.
+  sized() { sed -E "s/-s [^ ]+/-s $2/; s/-n [^ ]+/-n $3/" <<<"$1"; }
+  for size in ${SIZES:-8 64 512 4096 16384 65536 262144 1048576}; do
+    # Messages per run: 1 GiB, within 2000 .. 200000 (latency: a tenth,
+    # within 200 .. 20000 round trips); tw_perf's bw and mpi_pingpong's
+    # count windows of 32.
+    msgs=$(((1 << 30) / size))
+    msgs=$((msgs < 2000 ? 2000 : msgs > 200000 ? 200000 : msgs))
+    rt=$((msgs / 10 < 200 ? 200 : msgs / 10 > 20000 ? 20000 : msgs / 10))
+    rows+=("lat.$size|$size B latency, us (manual, spin)|-x lat -s $size -p 0 -m spin -n $rt"
+      "lat.$size|$size B latency, us (progress thread, spin)|-x lat -s $size -m spin -n $rt"
+      "bw.$size|$size B bandwidth, MB/s (manual, spin)|-x bw -s $size -p 0 -m spin -n $((msgs / 32))"
+      "bw.$size|$size B bandwidth, MB/s (progress thread)|-x bw -s $size -n $((msgs / 32))")
+    ucx_args[lat.$size]=$(sized "${ucx_args[lat]}" "$size" $rt)
+    ucx_args[bw.$size]=$(sized "${ucx_args[bw]}" "$size" $msgs)
+    if [ -n "${ompi_args[lat]:-}" ]; then
+      ompi_args[lat.$size]=$(sized "${ompi_args[lat]}" "$size" $rt)
+      ompi_args[bw.$size]=$(sized "${ompi_args[bw]}" "$size" $((msgs / 32)))
+    fi
+  done
+  # 192000 messages a run, shared by the threads.
+  for t in ${THREADS:-1 2 4 8}; do
+    n=$((6000 / t))
+    rows+=("rate.t$t|8 B rate, M msg/s, $t thr (manual, spin)|-x rate -s 8 -p 0 -m spin -t $t -n $n"
+      "rate.t$t|8 B rate, M msg/s, $t thr (progress thread)|-x rate -s 8 -t $t -n $n")
+    ucx_args[rate.t$t]="$(sized "${ucx_args[rate]}" 8 $((32 * n))) -T $t"
+    [ "$t" != 1 ] || [ -z "${ompi_args[rate]:-}" ] || ompi_args[rate.t1]=$(sized "${ompi_args[rate]}" 8 $n)
+  done
+fi
+iters=() # ITERS: appended, the last -n wins
+[ -z "${ITERS:-}" ] || iters=(-n "$ITERS")
+
 # ucx_perftest pair on localhost, server on CPU 0, client on CPU 1; prints
 # the client's final line (-f): iterations, p50 lat, avg lat, overall lat,
 # avg bw, overall bw (2^20 B/s), avg rate, overall rate.
@@ -166,15 +213,17 @@ ucx_pair() {
 ucx() {
   local line v
   # shellcheck disable=SC2086 # the options are words
-  line=$(ucx_pair ${ucx_args[$1]})
+  line=$(ucx_pair ${ucx_args[$1]} "${iters[@]}")
   # Only a line of numbers: a failed run's last line is its error message.
-  line=$(awk 'NF >= 8 && $1 ~ /^[0-9]+$/' <<<"$line")
+  # With -T (threads) the line has 4: iterations, overall latency, overall
+  # bandwidth and rate, summed over the threads.
+  line=$(awk 'NF >= 4 && $1 ~ /^[0-9]+$/' <<<"$line")
   v=
-  [ -z "$line" ] || case $1 in
+  [ -z "$line" ] || case ${1%%.*} in
     lat | get_lat) v=$(awk '{print $2}' <<<"$line") ;;
     put_lat) v=$(awk '{print 2 * $2}' <<<"$line") ;; # its half round trip, doubled
-    rate) v=$(awk '{print $8 / 1e6}' <<<"$line") ;;
-    bw | put_bw | get_bw) v=$(awk '{print $6 * 1.048576}' <<<"$line") ;;
+    rate) v=$(awk '{print $NF / 1e6}' <<<"$line") ;;
+    bw | put_bw | get_bw) v=$(awk '{print $(NF - 2) * 1.048576}' <<<"$line") ;;
   esac
   [ -n "$v" ] || fail "ucx_perftest ${ucx_args[$1]} (${ucx_env[*]})"
   echo "$v"
@@ -183,7 +232,7 @@ ucx() {
 ompi() {
   local v
   # shellcheck disable=SC2086 # the options are words
-  v=$(ompi_pingpong "$1" ${ompi_args[$1]})
+  v=$(ompi_pingpong "${1%%.*}" ${ompi_args[$1]} "${iters[@]}")
   [ -n "$v" ] || fail "mpirun mpi_pingpong ${ompi_args[$1]}"
   echo "$v"
 }
@@ -194,8 +243,8 @@ tw() {
   local b=$1 kind=$2 row
   shift 2
   row=$(hiprio env "${tw_env[@]}" timeout 120 "$b/tools/twrun" -n 2 --bind core "$b/tools/tw_perf" \
-    --csv "$@" 2>"$log" | awk -F, '$4 == "all"') || true
-  tw_value "$kind" <<<"$row"
+    --csv "$@" "${iters[@]}" 2>"$log" | awk -F, '$4 == "all"') || true
+  tw_value "${kind%%.*}" <<<"$row"
   [ -n "$row" ] || grep -q 'unknown option' "$log" ||
     fail "${tw_env[*]:+${tw_env[*]} }twrun -n 2 tw_perf $* ($b)"
 }
@@ -253,21 +302,35 @@ spread() {
     med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2
     if (med == 0) print "-"; else printf "%d%%", 100 * (v[NR] - v[1]) / med }'
 }
-printf '%-44s %12s' "measurement (medians of $reps)" threadwire
-for p in "${peers[@]}"; do printf ' %12s %8s' "${peer_name[$p]}" "tw/${peer_name[$p]% *}"; done
-[ -z "$base" ] || printf ' %10s %8s %7s %7s' base tw/base spread "spr.b"
-echo
+# cells KIND CELL...: a row of the table; FORMAT (printf) gives the widths.
+# With MEDIANS, the cells again in that file, '|' between them.
+cells() {
+  local kind=$1
+  shift
+  # shellcheck disable=SC2059 # the format is the table's
+  printf "$format\n" "$@"
+  [ -z "${MEDIANS:-}" ] || (IFS='|' && echo "$kind|$*") >>"$MEDIANS"
+}
+[ -z "${MEDIANS:-}" ] || : >"$MEDIANS"
+format='%-44s %12s'
+hdr=("measurement (medians of $reps)" threadwire)
+for p in "${peers[@]}"; do
+  format+=' %12s %8s'
+  hdr+=("${peer_name[$p]}" "tw/${peer_name[$p]% *}")
+done
+[ -z "$base" ] || { format+=' %10s %8s %7s %7s' && hdr+=(base tw/base spread "spr.b"); }
+cells kind "${hdr[@]}"
 for i in "${!rows[@]}"; do
   IFS='|' read -r kind label _ <<<"${rows[$i]}"
   t=$(m "tw.$i")
-  printf '%-44s %12s' "$label" "$t"
+  row=("$label" "$t")
   for p in "${peers[@]}"; do
     v=$(m "$p.$kind")
-    printf ' %12s %8s' "$v" "$(ratio "$t" "$v")"
+    row+=("$v" "$(ratio "$t" "$v")")
   done
   if [ -n "$base" ]; then
     v=$(m "base.$i")
-    printf ' %10s %8s %7s %7s' "$v" "$(ratio "$t" "$v")" "$(spread "tw.$i")" "$(spread "base.$i")"
+    row+=("$v" "$(ratio "$t" "$v")" "$(spread "tw.$i")" "$(spread "base.$i")")
   fi
-  echo
+  cells "$kind" "${row[@]}"
 done
