@@ -14,6 +14,8 @@ pkgs=(
   libbenchmark-dev
   libibverbs-dev libpmix-dev
   util-linux procps nftables iproute2 python3
+  # tools/plot-perf.sh, tools/report.sh: the plots
+  gnuplot-nox
   # tests/common/tw_mp.c: a stalled test prints its threads' stacks
   gdb
   # tests/cluster: emulated clusters under mpirun and a throw-away Slurm

@@ -38,6 +38,16 @@ add_test(NAME ${TW_TEST_PREFIX}tw_coll_perf
                  $<TARGET_FILE:twrun>)
 set_tests_properties(${TW_TEST_PREFIX}tw_coll_perf PROPERTIES
   LABELS api TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV}")
+# tools/report.sh --quick end to end (report_test.sh): perf-peers.sh over
+# shm and tcp and perf-coll.sh at a few iterations, report.md's sections and
+# numeric rows, the plots; about 40 s. Not in sanitizer builds (their slow
+# runs prove nothing more here); RUN_SERIAL: it binds and pins both cores.
+if(NOT TW_SANITIZER)
+  add_test(NAME ${TW_TEST_PREFIX}perf_report
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/report_test.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  set_tests_properties(${TW_TEST_PREFIX}perf_report PROPERTIES
+    LABELS api TIMEOUT 600 RUN_SERIAL TRUE ENVIRONMENT "${TW_TEST_ENV}")
+endif()
 
 # api_basic registers an active-message id twice, and sends to an id
 # nobody registered, on purpose.
