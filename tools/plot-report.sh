@@ -105,9 +105,9 @@ figure() {
   echo "$png"
 }
 
-bytes="('8 B' 8, '64 B' 64, '512 B' 512, '4 KiB' 4096, '32 KiB' 32768, '256 KiB' 262144, '1 MiB' 1048576)"
-figure lat-size.png 'latency, us (half round trip)' 'message size' "$bytes" log p2p=lat. shm tcp
-figure bw-size.png 'bandwidth, MB/s' 'message size' "$bytes" log p2p=bw. shm tcp
+bytes="('8' 8, '64' 64, '512' 512, '4K' 4096, '32K' 32768, '256K' 262144, '1M' 1048576)"
+figure lat-size.png 'latency, us (half round trip)' 'message size, bytes (K = 1024)' "$bytes" log p2p=lat. shm tcp
+figure bw-size.png 'bandwidth, MB/s' 'message size, bytes (K = 1024)' "$bytes" log p2p=bw. shm tcp
 figure rate-threads.png '8 B message rate, M msg/s (all threads)' 'threads per process' 2 lin \
   p2p=rate.t shm tcp
-figure coll-size.png 'latency, us (OSU loop)' 'message size' "$bytes" log coll bcast allreduce reduce
+figure coll-size.png 'latency, us (OSU loop)' 'message size, bytes (K = 1024)' "$bytes" log coll bcast allreduce reduce

@@ -20,11 +20,13 @@
 # REPS=N runs of each measurement, medians (default: the scripts' own, 5
 # for perf-peers.sh, 3 for perf-coll.sh); SIZES and THREADS as
 # perf-peers.sh's (bytes; threads per process); COLL_SECTIONS (default
-# "pin threads") perf-coll.sh's SECTIONS; ITERS as both scripts'. --quick:
-# one rep of a few iterations (ITERS, default 20, collectives 10), sizes 8
-# and 65536, 1 and 2 threads: the whole pipeline in about 40 s, for
-# tests/api/report_test.sh; its figures mean nothing. A full run took
-# FULLTIME on 2 cores (BENCHMARKS.md).
+# pin) perf-coll.sh's SECTIONS: "pin threads" adds collectives with 2
+# threads a process, about 4 minutes a rep (Open MPI's 2-thread runs
+# starve for ms per collective); ITERS as both scripts'. A full run takes
+# about 10 minutes on 2 busy cores (BENCHMARKS.md). --quick: one rep of a
+# few iterations (ITERS, default 20, collectives 10), sizes 8 and 65536, 1
+# and 2 threads, collectives pin and threads: the whole pipeline in about
+# 40 s, for tests/api/report_test.sh; its figures mean nothing.
 # Needs ucx-utils for the UCX columns, openmpi-bin and libopenmpi-dev for
 # the Open MPI ones (a missing peer shows "-", and the report says why).
 set -euo pipefail
@@ -69,7 +71,7 @@ measure() {
   rm -f "$out"/*.png "$out"/*.medians "$out"/report.md
   # Each script's own default REPS (5 and 3) unless REPS is set.
   local peers=("REPS=${REPS:-5}" SWEEP=1) coll=("REPS=${REPS:-3}") started=$SECONDS
-  coll+=("SECTIONS=${COLL_SECTIONS:-pin threads}")
+  coll+=("SECTIONS=${COLL_SECTIONS:-pin}")
   [ -z "${SIZES:-}" ] || peers+=("SIZES=$SIZES")
   [ -z "${THREADS:-}" ] || peers+=("THREADS=$THREADS")
   [ -z "${ITERS:-}" ] || { peers+=("ITERS=$ITERS") && coll+=("ITERS=$ITERS"); }
@@ -281,7 +283,10 @@ render() {
     echo "mode), the rate summed over the threads. Both processes are bound one per"
     echo "core, so a process's threads share its core. Open MPI has no threaded"
     echo "point-to-point peer here (tools/bench-peers/mpi_pingpong.c is"
-    echo "MPI_THREAD_SINGLE): its column has the 1-thread rate only (tcp)."
+    echo "MPI_THREAD_SINGLE): its column has the 1-thread rate only (tcp). UCX's"
+    echo "threads (OpenMP, UCP in multi-thread mode) all run on its process's one"
+    echo "CPU (-c), as threadwire's share their rank's core: its rows say how each"
+    echo "library fares with threads that share a core, not with a core per thread."
     for t in shm tcp; do
       echo
       echo "### $t"
@@ -291,10 +296,15 @@ render() {
     echo
     echo "### Collectives, 1 and 2 threads per process (\`perf-coll.sh\` threads)"
     echo
-    echo "The aggregate rate of a process, k collectives/s, each thread on its own"
-    echo "communicator (MPI_THREAD_MULTIPLE) or group."
-    echo
-    coll_table threads1 threads2 -- rate barrier:0 allreduce:8 allreduce:65536
+    if grep -q '^threads1|' "$out/coll.medians" 2>/dev/null; then
+      echo "The aggregate rate of a process, k collectives/s, each thread on its own"
+      echo "communicator (MPI_THREAD_MULTIPLE) or group."
+      echo
+      coll_table threads1 threads2 -- rate barrier:0 allreduce:8 allreduce:65536
+    else
+      echo "Not measured in this run: COLL_SECTIONS=\"pin threads\" adds them (about 4"
+      echo "minutes a rep: Open MPI's 2-thread runs starve for ms per collective)."
+    fi
     echo
     echo "## Collective latency against size: \`tools/perf-coll.sh\`"
     echo
