@@ -16,6 +16,9 @@ pkgs=(
   util-linux procps nftables iproute2 python3
   # tools/plot-perf.sh, tools/report.sh: the plots
   gnuplot-nox
+  # tools/perf-peers.sh, perf-coll.sh, report.sh: the peers measured beside
+  # threadwire (ucx_perftest; Open MPI's mpicc for bench/mpi_*.c)
+  ucx-utils libopenmpi-dev
   # tests/common/tw_mp.c: a stalled test prints its threads' stacks
   gdb
   # tests/cluster: emulated clusters under mpirun and a throw-away Slurm
