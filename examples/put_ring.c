@@ -23,6 +23,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,12 @@ static struct {
     unsigned char key[TW_RKEY_MAX];
 } target; /* next's window: its address, its packed key */
 static _Atomic int errors;
+
+/* The threads wait behind this lock until all of them, in every process,
+ * have started: a thread that failed to start would leave its partners in
+ * the ring waiting for its puts and acknowledgements forever. */
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool start_ok; /* written by main under start_lock */
 
 typedef struct worker {
     int t;
@@ -108,7 +115,14 @@ static void *worker_main(void *arg)
     worker_t *w = arg;
     static char none;
     unsigned char *slot = window + (size_t)w->t * opt.bytes;
+    bool go;
 
+    pthread_mutex_lock(&start_lock); /* main holds it until every thread started */
+    go = start_ok;
+    pthread_mutex_unlock(&start_lock);
+    if (!go) {
+        return NULL;
+    }
     for (int round = 0; round < opt.rounds && errors == 0; round++) {
         tw_status_t st;
         int recvs = 0;
@@ -194,6 +208,14 @@ static int exchange_keys(tw_mr_t **mr)
     return 0;
 }
 
+/* @return true when @p mine holds in every process (one allreduce). */
+static bool everyone(bool mine)
+{
+    int32_t in = mine, all = 0;
+
+    return tw_allreduce(tw_group_world(ctx), &in, &all, 1, TW_INT32, TW_MIN) == TW_OK && all == 1;
+}
+
 static int parse(int argc, char **argv)
 {
     int c;
@@ -257,15 +279,27 @@ int main(int argc, char **argv)
         }
     }
     if (rc == 0) {
-        t0 = now_ns();
-        for (int t = 0; t < opt.threads; t++) {
-            pthread_create(&w[t].th, NULL, worker_main, &w[t]);
+        int started = 0;
+        pthread_mutex_lock(&start_lock);
+        for (; started < opt.threads; started++) {
+            int err = pthread_create(&w[started].th, NULL, worker_main, &w[started]);
+            if (err != 0) {
+                fprintf(stderr, "put_ring: rank %d: pthread_create of thread %d: %s\n", rank,
+                        started, strerror(err));
+                break;
+            }
         }
-        for (int t = 0; t < opt.threads; t++) {
+        start_ok = everyone(started == opt.threads);
+        t0 = now_ns();
+        pthread_mutex_unlock(&start_lock);
+        for (int t = 0; t < started; t++) {
             pthread_join(w[t].th, NULL);
         }
         double secs = (double)(now_ns() - t0) / 1e9;
-        rc = errors != 0;
+        if (!start_ok && started == opt.threads) {
+            fprintf(stderr, "put_ring: rank %d: a thread of another process did not start\n", rank);
+        }
+        rc = !start_ok || errors != 0;
         if (rc == 0 && rank == 0) {
             printf("put_ring: %d processes x %d threads, %d rounds of %zu B puts: every block "
                    "checked at its target; rank 0 put %.1f MB/s\n",

@@ -64,6 +64,12 @@ static double residual;             /* the step's global residual, by thread 0 *
 static tw_status_t failure = TW_OK; /* the first error of any thread, under barrier order */
 static pthread_mutex_t failure_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The threads wait behind this lock until all of them, in every process,
+ * have started: a strip whose thread failed to start would leave its
+ * neighbours waiting for halos and the others in the barrier forever. */
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool start_ok; /* written by main under start_lock */
+
 typedef struct strip {
     int index, thread;
     int y0, rows;      /* first global row of the interior, number of rows */
@@ -224,7 +230,14 @@ static double combine(strip_t *s, double mine)
 static void *strip_main(void *arg)
 {
     strip_t *s = arg;
+    bool go;
 
+    pthread_mutex_lock(&start_lock); /* main holds it until every thread started */
+    go = start_ok;
+    pthread_mutex_unlock(&start_lock);
+    if (!go) {
+        return NULL;
+    }
     /* The exchange alone, timed (the residual steps keep the ranks together). */
     for (int k = 0; k < CALIBRATION_WARMUP + CALIBRATION_STEPS && !failed(); k++) {
         uint64_t t0 = now_ns();
@@ -300,6 +313,14 @@ static int check(strip_t *strips, double got)
     free(a);
     free(b);
     return bad;
+}
+
+/* @return true when @p mine holds in every process (one allreduce). */
+static bool everyone(bool mine)
+{
+    int32_t in = mine, all = 0;
+
+    return tw_allreduce(tw_group_world(ctx), &in, &all, 1, TW_INT32, TW_MIN) == TW_OK && all == 1;
 }
 
 static int parse(int argc, char **argv)
@@ -434,15 +455,33 @@ int main(int argc, char **argv)
         rc = 1;
     }
     if (rc < 0) {
+        int started = 0;
         pthread_barrier_init(&barrier, NULL, (unsigned)opt.threads);
-        for (int t = 0; t < opt.threads; t++) {
-            pthread_create(&strips[t].th, NULL, strip_main, &strips[t]);
+        pthread_mutex_lock(&start_lock);
+        for (; started < opt.threads; started++) {
+            int err = pthread_create(&strips[started].th, NULL, strip_main, &strips[started]);
+            if (err != 0) {
+                fprintf(stderr, "stencil: rank %d: pthread_create of thread %d: %s\n", rank,
+                        started, strerror(err));
+                break;
+            }
         }
-        for (int t = 0; t < opt.threads; t++) {
+        start_ok = everyone(started == opt.threads);
+        pthread_mutex_unlock(&start_lock);
+        for (int t = 0; t < started; t++) {
             pthread_join(strips[t].th, NULL);
         }
-        double secs = (double)strips[0].run_ns / 1e9;
         pthread_barrier_destroy(&barrier);
+        if (!start_ok) {
+            if (started == opt.threads) {
+                fprintf(stderr, "stencil: rank %d: a thread of another process did not start\n",
+                        rank);
+            }
+            rc = 1;
+        }
+    }
+    if (rc < 0) {
+        double secs = (double)strips[0].run_ns / 1e9;
         bad = failed() || check(strips, sqrt(residual));
         residual = sqrt(residual);
         if (!failed()) {
