@@ -351,9 +351,27 @@ TW_API tw_status_t tw_recv(tw_context_t *ctx, int src, uint64_t tag, uint64_t ig
 /* ---- active messages ------------------------------------------------- */
 
 /**
- * Active-message handler. Runs on a progress thread (or inside tw_progress
- * in manual mode); @p hdr and @p data are valid only during the call; the
- * handler must not block and must not call tw_finalize.
+ * Active-message handler. Runs on a progress thread, or in manual mode
+ * inside the tw_progress, tw_cq_wait or other waiting call of the thread
+ * that drives progress (with progress threads, a worker's tw_progress,
+ * tw_cq_poll and tw_cq_wait never run handlers). @p hdr and @p data are
+ * valid only during the call. The handler must not block and must not
+ * call tw_finalize.
+ *
+ * It may post: tw_am_send and tw_send to any rank, its own included
+ * (checked over self, shm and tcp, reliability on and off, with progress
+ * threads and in manual mode). Such a post never waits: when the
+ * transport's ring or submission lane, or the CQ, is full it returns
+ * TW_ERR_AGAIN at once. That TW_ERR_AGAIN must not be retried in the
+ * handler: tcp and self queue the post for their progress engine, and
+ * when that is the engine running the handler (one engine per CPU socket
+ * by default) nothing drains the queue while the handler retries; a full
+ * shm ring waits for the peer's engine, which may be in a handler
+ * retrying toward us. Keep the post instead (in a queue of the
+ * application) and make it from a worker thread, which may drain its CQ
+ * and retry. The completion goes to the CQ the post names, which some
+ * thread must poll; a buffer is read until that completion, not only
+ * during the call: post a copy of the handler's @p data, never @p data.
  */
 typedef void (*tw_am_handler_t)(tw_context_t *ctx, int src, const void *hdr, size_t hdr_len,
                                 const void *data, size_t len, void *arg);
@@ -372,7 +390,8 @@ TW_API tw_status_t tw_am_register(tw_context_t *ctx, uint8_t id, tw_am_handler_t
  * when both buffers may be reused. A message for an id with no handler at
  * the target is dropped there with a log line.
  * @return as tw_send; TW_ERR_INVALID also for hdr_len > 1024.
- * Thread: any.
+ * Thread: any, an active-message handler too (never retrying its
+ * TW_ERR_AGAIN there: see tw_am_handler_t).
  */
 TW_API tw_status_t tw_am_send(tw_context_t *ctx, int dst, uint8_t id, const void *hdr,
                               size_t hdr_len, const void *data, size_t len, tw_cq_t *cq,
