@@ -34,3 +34,12 @@ tw_example_test(put_ring n2 2 -t 4 -r 60)
 tw_example_test(put_ring tcp_n3 3 -t 2 -b 1000 -r 40 ENV TW_TRANSPORTS=self,tcp)
 tw_example_test(put_ring manual 2 -t 2 -r 40 ENV TW_PROGRESS_THREADS=0)
 tw_example_test(put_ring n1 1 -t 3 -r 40)
+
+# tasks: every task answered once and every answer checked at its origin;
+# over shm, over tcp with 3 processes and blocks large enough to go
+# zero-copy, in manual mode (the handlers run in the threads' waits), and
+# a job of one (tasks to itself).
+tw_example_test(tasks n2 2 -n 4000 -t 4)
+tw_example_test(tasks tcp_n3 3 -n 1500 -t 2 -b 20000 ENV TW_TRANSPORTS=self,tcp)
+tw_example_test(tasks manual 2 -n 3000 -t 2 ENV TW_PROGRESS_THREADS=0)
+tw_example_test(tasks n1 1 -n 3000 -t 3)
