@@ -31,8 +31,10 @@
  * at once unless its comment says otherwise ("Thread:" lines). No function
  * takes a lock that a progress thread holds while it runs a user callback.
  * The two callbacks (active-message handlers, the error handler) run on a
- * progress thread, or inside tw_progress() in manual mode, and must not
- * block.
+ * progress thread, or in manual mode inside the tw_progress() or waiting
+ * call (tw_cq_wait) of the thread that drives progress, and must not
+ * block; a handler may post but never retries a TW_ERR_AGAIN itself
+ * (tw_am_handler_t).
  */
 #ifndef THREADWIRE_H
 #define THREADWIRE_H

@@ -18,7 +18,7 @@ bin=$work/prefix/bin
 (
   unset LD_LIBRARY_PATH
   cd /
-  for p in tw_info twrun tw_perf tw_coll_perf tw_demo stencil put_ring; do
+  for p in tw_info twrun tw_perf tw_coll_perf tw_demo stencil put_ring tasks; do
     [ -x "$bin/$p" ] || { echo "not installed: bin/$p"; exit 1; }
     if ldd "$bin/$p" | grep -q 'not found'; then
       echo "installed $p does not find its libraries:"
