@@ -57,9 +57,9 @@ static const tw_cfg_entry_t tw_rel_cfg_entries[] = {
     {.name = "TW_REL_PATH_TIMEOUT",
      .type = TW_CFG_DURATION,
      .defval = "2s",
-     .help = "reliability: a path to a peer fails when a fragment was tried 6 times and no ack "
-             "acknowledged anything new this long; its traffic moves to the next transport that "
-             "reaches the peer",
+     .help = "reliability: a path to a peer fails when a fragment was tried 6 times, or the "
+             "transport refused every frame, and no ack acknowledged anything new this long; its "
+             "traffic moves to the next transport that reaches the peer",
      .offset = offsetof(tw_rel_cfg_t, path_timeout_ns)},
     {.name = "TW_REL_ACK_DELAY",
      .type = TW_CFG_DURATION,
@@ -257,7 +257,13 @@ static void tw_rel_quiesce(tw_tl_iface_t *iface)
         bool busy = false;
         for (int peer = 0; peer < rel->size && !busy; peer++) {
             tw_rel_peer_t *p = &rel->peers[peer];
-            tw_mutex_lock(&p->lock);
+            /* Only a look: a lock the engine holds means it is busy with
+             * the peer -- waiting for it could starve this thread (an
+             * engine that retakes it at once) past the deadline. */
+            if (!tw_mutex_trylock(&p->lock)) {
+                busy = true;
+                break;
+            }
             /* A peer that said goodbye has finalized: nothing we still
              * owe it would be received. */
             busy = !p->down && !p->left && p->nmsgs > 0;

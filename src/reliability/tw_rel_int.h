@@ -103,6 +103,7 @@ typedef struct tw_rel_peer {
     uint32_t snd_una, snd_nxt;
     uint64_t srtt_ns, rttvar_ns; /* round-trip estimate (0: no sample yet) */
     uint64_t progress_ns;        /* an ack last acknowledged something new */
+    uint64_t refused_ns;         /* the path has refused (AGAIN) every data frame since; 0: no */
     uint64_t clock_ns;           /* the latest clock reading made for this peer */
     unsigned untimed;            /* sends into an empty window since one read the clock */
     tw_rel_slot_t win[TW_REL_WIN];

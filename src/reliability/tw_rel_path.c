@@ -61,6 +61,7 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
     }
     p->paths_up &= (uint8_t)~bit;
     p->probe_ok[g] = 0;
+    p->refused_ns = 0; /* the next path's count starts afresh */
     if (what == NULL && p->left) {
         /* It said goodbye and now closes its paths: it has finalized, and
          * nothing we still owe it would be received. Resending on another

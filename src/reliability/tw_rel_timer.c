@@ -9,7 +9,8 @@
  * - path failure: a fragment unacked after TW_REL_MIN_TRIES tries on a
  *   path, when no ack has acknowledged anything new for
  *   TW_REL_PATH_TIMEOUT, fails that path for that peer (a lossy path
- *   still makes progress; a dead one does not);
+ *   still makes progress; a dead one does not); so does a path whose
+ *   transport refused every frame (TW_ERR_AGAIN) that long;
  * - delayed ack: TW_REL_ACK_DELAY;
  * - keepalive: a peer silent for TW_REL_KEEPALIVE is pinged (it answers
  *   PONG from its engine); silent for TW_REL_KEEPALIVE * TW_REL_MISSES,
@@ -75,6 +76,27 @@ void tw_rel_timer_at(tw_rel_t *rel, uint64_t due)
     tw_mutex_unlock(&rel->arm_lock);
 }
 
+/* The current path has refused (TW_ERR_AGAIN) every data frame for the
+ * path timeout, and the peer acknowledged nothing new meanwhile: as lost
+ * as one whose retransmissions go unanswered (a hop that stopped
+ * reading, a ring nobody drains). Without this bound the fragment would
+ * be offered on every pass for ever. Starts the count at the first
+ * refusal (@p now: a fresh reading). Lock held. */
+static bool tw_rel_refused_long(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now)
+    TW_REQUIRES(p->lock)
+{
+    if (p->refused_ns == 0) {
+        p->refused_ns = now;
+        return false;
+    }
+    if (peer == rel->rank || tw_rel_cur_path(p) < 0 ||
+        tw_rel_since(now, TW_MAX(p->refused_ns, p->progress_ns)) < rel->cfg.path_timeout_ns) {
+        return false;
+    }
+    p->refused_ns = 0;
+    return true;
+}
+
 /* The peer's retransmission timer; returns the earliest deadline of the
  * fragments it looked at (UINT64_MAX: none). Lock held. */
 static uint64_t tw_rel_resend_due(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t now,
@@ -125,6 +147,11 @@ restart:;
             }
             (*events)++;
             if (tw_rel_tx_data(rel, p, peer, s, seq, now, todo) == TW_ERR_AGAIN) {
+                if (tw_rel_refused_long(rel, p, peer, now)) {
+                    tw_rel_path_lost(rel, p, peer, tw_rel_cur_path(p), false,
+                                     "it refused every frame", now, todo);
+                    goto restart;
+                }
                 next = now;
                 break;
             }

@@ -171,6 +171,7 @@ static inline void tw_rel_slot_sent(tw_rel_t *rel, tw_rel_peer_t *p, tw_rel_slot
     }
     s->path = (uint8_t)g;
     s->sent_ns = now;
+    p->refused_ns = 0;
     s->due_ns = now + s->rto_ns;
     p->ack_owed = 0; /* piggybacked */
     p->ack_due = 0;

@@ -12,7 +12,8 @@ tw_add_case_tests(NAME rel SOURCES ${_tw_rel_srcs} LABELS unit INTERNAL TIMEOUT 
                         crc_long far_stale left_then_closed left_then_due leaving_bye_lost closed_before_bye
                         closed_then_ack
                         reenter wrap corrupt failover fornow fornow_refused
-                        fornow_forgood nopath keepalive early_stamp pause)
+                        fornow_forgood refusing refusing_only nopath keepalive early_stamp
+                        pause)
 target_link_libraries(test_rel PRIVATE tw_fake_tl)
 # The faults the cases inject on purpose: frames far ahead or of another
 # incarnation (far_stale), paths failing and healing (failover, fornow*),
@@ -21,11 +22,11 @@ target_link_libraries(test_rel PRIVATE tw_fake_tl)
 set(_tw_rel_expected
   "rel. warn: rank [0-9]+ sent fragment [0-9]+, [0-9]+ past the window: dropped$"
   "rel. warn: dropped a frame from another incarnation of rank [0-9]+ or of this rank$"
-  "rel. warn: path fake to rank [0-9]+ failed .(retransmissions unanswered|transport error|peer failed).: failing over to fake$"
+  "rel. warn: path fake to rank [0-9]+ failed .(retransmissions unanswered|transport error|peer failed|it refused every frame).: failing over to fake$"
   "rel. warn: path fake to rank [0-9]+ is healthy again: failing back$"
-  "rel. error: rank [0-9]+ failed: (retransmissions unanswered|silent for [0-9]+ ms .keepalive [0-9]+ ms x [0-9]+.). its operations complete with TW_ERR_PEER_FAILED$")
+  "rel. error: rank [0-9]+ failed: (retransmissions unanswered|it refused every frame|silent for [0-9]+ ms .keepalive [0-9]+ ms x [0-9]+.). its operations complete with TW_ERR_PEER_FAILED$")
 tw_expect_log(rel:far_stale PATTERNS ${_tw_rel_expected})
-foreach(_c failover fornow fornow_refused fornow_forgood nopath keepalive pause early_stamp wrap
+foreach(_c failover fornow fornow_refused fornow_forgood refusing refusing_only nopath keepalive pause early_stamp wrap
            corrupt)
   tw_expect_log(rel:${_c} PATTERNS ${_tw_rel_expected})
 endforeach()

@@ -62,6 +62,10 @@
  *   fornow_refused  the same with the refusal seen before the report (the
  *                   transport's peer_down not run yet);
  *   fornow_forgood  for contrast, a report for good: never probed again;
+ *   refusing        path 0 refuses every frame (TW_ERR_AGAIN) and nothing
+ *                   new is acked: given up after the path timeout, traffic
+ *                   on path 1 (never offered for ever);
+ *   refusing_only   the same on the only path: the peer fails;
  *   nopath          the only path goes dark: every pending send completes
  *                   TW_ERR_PEER_FAILED, the peer is reported down once;
  *   keepalive       the peer stops answering anything: failed after
@@ -103,6 +107,8 @@ static const twt_case_t cases[] = {
     {"fornow", case_fornow},
     {"fornow_refused", case_fornow_refused},
     {"fornow_forgood", case_fornow_forgood},
+    {"refusing", case_refusing},
+    {"refusing_only", case_refusing_only},
     {"nopath", case_nopath},
     {"keepalive", case_keepalive},
     {"early_stamp", case_early_stamp},

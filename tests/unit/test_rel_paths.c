@@ -274,6 +274,55 @@ void case_nopath(void)
     case_end();
 }
 
+/* A path whose transport refuses every frame (TW_ERR_AGAIN: a hop that
+ * stopped reading, a ring nobody drains) while the peer acknowledges
+ * nothing new: lost after the path timeout, like one whose
+ * retransmissions go unanswered -- over to path 1 with two paths, the
+ * peer failed with one. Never offered for ever. */
+static void refusing_case(const char *name, int npaths)
+{
+    tw_rel_cfg_t cfg = fast_cfg(100000000); /* path timeout 100 ms */
+
+    case_begin(name);
+    rig_open(&cfg, npaths);
+    stream_small(10);
+    path_refuse(0, TW_ERR_AGAIN);
+    uint64_t t0 = rig.vnow;
+    for (int i = 0; i < 10; i++) {
+        TWT_CHECK(send_msg(0, 20000) == TW_OK); /* zcopy: completions to check */
+    }
+    rig.want_delivered = rig.next_out[0];
+    TWT_CHECK(pump(3000, npaths == 2 ? all_delivered : peer_down_seen));
+    double ms = (rig.vnow - t0) / 1e6;
+    printf("    path 0 given up after %.0f ms of refusals (path timeout 100 ms)\n", ms);
+    TWT_CHECK(ms >= 100 && ms < 1000);
+    if (npaths == 2) {
+        TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 1u);
+        TWT_EQ(rig.sides[1].delivered, rig.next_out[0]);
+        TWT_EQ(rig.sides[1].bad, 0u);
+        TWT_EQ(rig.sides[0].downs + rig.sides[1].downs, 0);
+        TWT_CHECK(pump(500, NULL)); /* the acks that complete the sends */
+    } else {
+        TWT_EQ(rig.sides[0].downs, 1);
+        TWT_EQ(rig.sides[0].down_why, TW_ERR_PEER_FAILED);
+    }
+    for (int i = 10; i < 20; i++) {
+        TWT_EQ(rig.sreqs[0][i].done, 1);
+        TWT_EQ(rig.sreqs[0][i].status, npaths == 2 ? TW_OK : TW_ERR_PEER_FAILED);
+    }
+    case_end();
+}
+
+void case_refusing(void)
+{
+    refusing_case("a path that refuses every frame fails over", 2);
+}
+
+void case_refusing_only(void)
+{
+    refusing_case("the only path refuses every frame: the peer fails", 1);
+}
+
 /* ---- time ------------------------------------------------------------- */
 
 /* After a pause of progress longer than the keepalive bound, both sides

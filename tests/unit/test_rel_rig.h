@@ -141,6 +141,8 @@ void case_failover(void);
 void case_fornow(void);
 void case_fornow_refused(void);
 void case_fornow_forgood(void);
+void case_refusing(void);
+void case_refusing_only(void);
 void case_nopath(void);
 void case_keepalive(void);
 void case_early_stamp(void);
