@@ -7,7 +7,8 @@
 # one; each output line well-formed (coll_bench.h's format: 14
 # comma-separated fields, numeric but for the two '-' of blocking rows,
 # whose whole iteration takes at least the collective's time),
-# the row count per sweep, usage errors exit 2.
+# the row count per sweep, usage errors exit 2. Every run settles first
+# (-S, default 200 ms of barriers, -t 2 on each thread's group).
 #   tw_coll_perf_test.sh TW_COLL_PERF TWRUN
 set -euo pipefail
 perf=$1
@@ -69,7 +70,8 @@ run 1 -c bcast -m 1:4 "${it[@]}"
 check bcast 3 1 1
 
 # Usage errors exit 2 and say so; -h documents every option.
-for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-P" "-q" "stray"; do
+for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-S -1" "-S 60001" "-P" "-q" \
+  "stray"; do
   rc=0
   # shellcheck disable=SC2086 # split the option from its value
   msg=$("$perf" $bad 2>&1) || rc=$?
@@ -77,7 +79,7 @@ for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-P" "-q" "stray
   grep -q '^tw_coll_perf: ' <<<"$msg" || fail "tw_coll_perf $bad: no message: $msg"
 done
 out=$("$perf" -h)
-for o in -c -m -i -x -t -P barrier bcast reduce allreduce iallreduce OVERLAP_PCT; do
+for o in -c -m -i -x -S -t -P barrier bcast reduce allreduce iallreduce OVERLAP_PCT; do
   grep -q -- "$o" <<<"$out" || fail "-h does not document $o"
 done
 echo "tw_coll_perf: ok"

@@ -16,7 +16,9 @@
  *   iterations; the report is the average over processes, with the minimum
  *   and maximum over them;
  * - 1000 iterations after 100 of warm-up up to 8192 B, 100 after 10 above
- *   (-i and -x set both); sizes double from MIN (rounded up to a power of
+ *   (-i and -x set both); before the first size, unlike OSU, barriers for
+ *   at least 200 ms (-S): unbound processes may share a core for the first
+ *   tens of ms (cb_settle); sizes double from MIN (rounded up to a power of
  *   two) to MAX, 8 B to 1 MiB by default; reductions are of doubles, sum,
  *   and skip sizes under 8 B; roots are rank 0;
  * - iallreduce: the pure collective (post, wait) timed first, then post,
@@ -80,6 +82,7 @@ typedef struct cb_opts {
     cb_coll_t coll;
     size_t min, max;
     long iters, warmup; /* -1: by size, as OSU */
+    long settle_ms;     /* barriers for this long before the first size */
     int threads;
     int probes; /* tests during an iallreduce's computation */
 } cb_opts_t;
@@ -125,6 +128,9 @@ static void cb_usage(FILE *out, const char *prog, const char *launch)
             "               to MAX; -m MAX alone keeps MIN; suffixes k, m (default 8:1m)\n"
             "  -i ITERS     measured iterations per size (default 1000, 100 above %d B)\n"
             "  -x WARMUP    unmeasured iterations first (default 100, 10 above %d B)\n"
+            "  -S MS        before the first size, barriers for at least MS ms (default\n"
+            "               200; 0: none), so the first size is not measured while the\n"
+            "               kernel still places the processes\n"
             "  -t THREADS   threads per process, 1..%d, each on its own communicator or\n"
             "               group; RATE_KOPS sums them (default 1)\n"
             "  -P PROBES    iallreduce: split the computation in PROBES pieces, each\n"
@@ -211,6 +217,8 @@ static int cb_parse_opt(cb_opts_t *o, int opt, char *arg)
         return cb_parse_long(arg, 1, 1L << 30, &o->iters) ? 0 : -1;
     case 'x':
         return cb_parse_long(arg, 0, 1L << 30, &o->warmup) ? 0 : -1;
+    case 'S':
+        return cb_parse_long(arg, 0, 60000, &o->settle_ms) ? 0 : -1;
     case 't':
         if (!cb_parse_long(arg, 1, CB_MAX_THREADS, &v)) {
             return -1;
@@ -233,10 +241,15 @@ static int cb_parse(cb_opts_t *o, int argc, char **argv, const char *prog, const
 {
     int opt;
 
-    *o = (cb_opts_t){
-        .coll = CB_ALLREDUCE, .min = 8, .max = 1 << 20, .iters = -1, .warmup = -1, .threads = 1};
+    *o = (cb_opts_t){.coll = CB_ALLREDUCE,
+                     .min = 8,
+                     .max = 1 << 20,
+                     .iters = -1,
+                     .warmup = -1,
+                     .settle_ms = 200,
+                     .threads = 1};
     opterr = 0;
-    while ((opt = getopt(argc, argv, ":c:m:i:x:t:P:h")) != -1) {
+    while ((opt = getopt(argc, argv, ":c:m:i:x:S:t:P:h")) != -1) {
         if (opt == 'h') {
             cb_usage(stdout, prog, launch);
             return 0;
@@ -478,10 +491,35 @@ static void cb_run_size(cb_thread_t *t)
     t->bad = !cb_check(t, sh->bytes);
 }
 
+/* Before the first size: barriers for at least settle_ms by rank 0's
+ * clock, which says when in an 8-byte bcast after every 50 (so every
+ * process stops after the same one). Unbound processes may start on one
+ * core and share it until the kernel's load balancer, which follows
+ * load averages of tens of ms, moves one; a first size measured then
+ * says more about the start than about the library. */
+static void cb_settle(cb_thread_t *t)
+{
+    const cb_ops_t *ops = t->sh->ops;
+    double until = cb_now_us() + 1e3 * (double)t->sh->o->settle_ms, stop = 0;
+
+    while (t->sh->o->settle_ms > 0 && stop == 0) {
+        for (int i = 0; i < 50; i++) {
+            if (ops->barrier(t->h) != 0) {
+                cb_fail(ops, "barrier");
+            }
+        }
+        stop = ops->rank == 0 && cb_now_us() >= until ? 1 : 0;
+        if (ops->coll(t->h, CB_BCAST, &stop, &stop, sizeof(stop)) != 0) {
+            cb_fail(ops, "bcast");
+        }
+    }
+}
+
 static void *cb_thread_main(void *arg)
 {
     cb_thread_t *t = arg;
 
+    cb_settle(t);
     for (;;) {
         pthread_barrier_wait(&t->sh->bar); /* the main thread set the size, or stop */
         if (t->sh->stop) {
@@ -572,6 +610,7 @@ static int cb_run(const cb_ops_t *ops, const cb_opts_t *o, void **handles)
             cb_fail(ops, "pthread_create");
         }
     }
+    cb_settle(&ts[0]);
     if (ops->rank == 0) {
         printf("# coll,impl,op,bytes,procs,threads,iters,avg_us,min_us,max_us,rate_kops,"
                "overall_us,compute_us,overlap_pct\n"
