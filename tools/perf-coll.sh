@@ -17,6 +17,7 @@
 # threadwire faster; rates (k collectives/s) and overlap (%): above 1 is.
 #   tools/perf-coll.sh [BUILD_DIR]       (default build/release)
 #   REPS=N  SECTIONS="pin over threads overlap cluster" (default: all)
+#   CLUSTER_BIND=node|none (cluster: default node)
 # Sections:
 #   pin      2 processes bound one per core (twrun --bind core, mpirun
 #            --bind-to core): barrier; bcast and allreduce at 8 B, 64 B,
@@ -44,8 +45,9 @@
 #   cluster  pin's rows across 2 emulated nodes (tests/cluster/run-cluster.sh
 #            --launcher mpirun: each node a network namespace with its own
 #            address, the job started by a real mpirun), 2 ranks (one per
-#            node) and 4 (two per node, unbound: the nodes share the 2
-#            cores). Open MPI tuned over ob1 with the tcp BTL between the
+#            node) and 4 (two per node), each node's ranks bound to a core
+#            of their own (CLUSTER_BIND=node, below; none: unbound).
+#            Open MPI tuned over ob1 with the tcp BTL between the
 #            nodes and vader within one (with 4 ranks yielding when idle,
 #            as over's oversubscribed mapping makes it); threadwire
 #            bootstraps through PMIx, shm within a node, tcp between the
@@ -119,11 +121,29 @@ record() {
 # started by mpirun (block placement: PROCS / 2 a node), at high priority.
 # Stdout is the ranks' (rank 0 prints the figures); stderr (the driver's,
 # mpirun's and the ranks') goes to $log.
+# CLUSTER_BIND=node (the default) binds every rank to its node's CPU (node
+# K: CPU K-1, modulo the CPUs), as if each emulated node had a core of its
+# own: 1 rank a node then runs like ranks on two machines, 2 a node share
+# their node's core (oversubscribed within the node). CLUSTER_BIND=none
+# leaves them to the kernel, which may place ranks of both nodes on one
+# core and keep them there for a whole run (their waits sleep, so the
+# load balancer sees no imbalance): a bimodal figure.
+cluster_bind=${CLUSTER_BIND:-node}
+case $cluster_bind in node | none) ;; *) echo "perf-coll: CLUSTER_BIND=node|none" >&2; exit 2 ;; esac
+cat >"$tmp/nodecpu" <<'EOS'
+#!/bin/sh
+k=$(hostname)
+exec taskset -c $(((${k#n} - 1) % $(nproc))) "$@"
+EOS
+chmod +x "$tmp/nodecpu"
 cluster() {
-  local n=$1
+  local n=$1 pre=()
   shift
+  while [ "$1" != -- ]; do pre+=("$1"); shift; done
+  shift
+  [ "$cluster_bind" = none ] || set -- "$tmp/nodecpu" "$@"
   hiprio tests/cluster/run-cluster.sh --launcher mpirun --nodes 2 --np "$n" --timeout 120 \
-    "$@" 2>"$log"
+    "${pre[@]}" -- "$@" 2>"$log"
 }
 # Open MPI across the emulated nodes: ob1, tcp between them, vader within.
 # With 4 ranks it yields when idle, as over's --map-by core:OVERSUBSCRIBE
