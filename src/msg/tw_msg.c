@@ -217,9 +217,7 @@ tw_stats_t *tw_msg_stats(tw_msg_t *msg)
 static void tw_msg_send_done(tw_tl_comp_t *comp, tw_status_t status)
 {
     tw_msg_sreq_t *req = (tw_msg_sreq_t *)comp;
-    if (req->sends != NULL) {
-        tw_msg_sends_unlink(req);
-    }
+    tw_msg_flight_unlink(&req->fl);
     tw_stall_heard(&req->msg->stall, req->dst);
     tw_completion_t c = {.user = req->user,
                          .status = status,
@@ -277,14 +275,10 @@ static tw_status_t tw_msg_post_send(tw_msg_t *msg, int dst, uint8_t am_id, const
                                .dst = dst,
                                .op = op,
                                .am_id = am_id};
-        if (msg->sends != NULL) {
-            tw_msg_sends_link(msg, req);
-        }
+        tw_msg_flight_link(msg, &req->fl, false);
         st = tw_tl_am_zcopy(iface, dst, am_id, hdr, hdr_len, buf, len, &req->comp);
         if (st != TW_OK) {
-            if (req->sends != NULL) {
-                tw_msg_sends_unlink(req);
-            }
+            tw_msg_flight_unlink(&req->fl);
             tw_free(req, sizeof(*req));
             goto err_unreserve;
         }
@@ -446,6 +440,7 @@ static void tw_msg_rndv_recv_done(tw_tl_comp_t *comp, tw_status_t status)
                          .tag = q->tag,
                          .length = status == TW_OK ? q->len : 0};
 
+    tw_msg_flight_unlink(&q->fl);
     if (status == TW_OK && q->len > r->len) {
         c.status = TW_ERR_TRUNCATED;
         tw_stats_inc(msg->stats, TW_MSG_STAT_TRUNCATED);
@@ -465,6 +460,7 @@ static void tw_msg_rndv_am_done(tw_tl_comp_t *comp, tw_status_t status)
     tw_msg_rreq_t *q = (tw_msg_rreq_t *)comp;
     tw_msg_t *msg = q->msg;
 
+    tw_msg_flight_unlink(&q->fl);
     if (status == TW_OK) {
         tw_msg_am_entry_t *e = atomic_load_explicit(&msg->am[q->am_id], memory_order_acquire);
         if (e != NULL) {
@@ -491,6 +487,7 @@ static void tw_msg_rndv_pull(tw_msg_rreq_t *q)
     size_t n = TW_MIN(q->len, q->r->len);
     tw_status_t st;
 
+    tw_msg_flight_link(q->msg, &q->fl, true);
     st = tw_tl_rndv_get(q->iface, q->rndv, q->r->buf, n, &q->comp);
     if (st != TW_OK) {
         q->comp.cb(&q->comp, st);
@@ -808,6 +805,7 @@ void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
                              .am_id = h.am_id,
                              .am_hdr_len = h.am_hdr_len};
         memcpy(q->bytes, (const unsigned char *)hdr + sizeof(h), h.am_hdr_len);
+        tw_msg_flight_link(msg, &q->fl, true);
         tw_status_t st = tw_tl_rndv_get(iface, rndv, q->bytes + h.am_hdr_len, len, &q->comp);
         if (st != TW_OK) {
             q->comp.cb(&q->comp, st);

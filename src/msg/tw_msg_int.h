@@ -40,11 +40,22 @@ struct tw_msg {
     struct tw_msg_sends *sends; /* [TW_MSG_SEND_LISTS] with the watchdog on */
 };
 
+/* An operation in flight the watchdog (TW_STALL_WARN) looks at: a
+ * zero-copy send, or a receive pulling its data (rendezvous). With the
+ * watchdog on it is on one of msg->sends' lists, guarded by its lock. */
+typedef struct tw_msg_flight {
+    struct tw_msg_flight *prev, *next;
+    struct tw_msg_sends *list; /* NULL: on none */
+    tw_stall_mark_t stall;
+    bool pull; /* in a tw_msg_rreq_t; else in a tw_msg_sreq_t */
+} tw_msg_flight_t;
+
 /* A receive filled by a rendezvous pull: a matched tagged receive (r), or
  * the payload of a user active message (r == NULL: the handler runs once
  * it landed; header and payload follow the struct). */
 typedef struct tw_msg_rreq {
     tw_tl_comp_t comp; /* first: the transport hands it back */
+    tw_msg_flight_t fl;
     tw_msg_t *msg;
     tw_match_recv_t *r;
     tw_tl_iface_t *iface;
@@ -70,51 +81,58 @@ struct tw_msg_sreq {
     int dst;
     tw_op_t op;
     uint8_t am_id;
-    /* With the watchdog on: on a list of sends (guarded by its lock). */
-    struct tw_msg_sends *sends;
-    tw_msg_sreq_t *prev, *next;
-    tw_stall_mark_t stall;
+    tw_msg_flight_t fl;
 };
 
-/* The zero-copy sends in flight, for the watchdog: a few lists, each
- * poster on the one of its thread index, so posters rarely share a lock. */
+/* The zero-copy sends and the pulls in flight, for the watchdog: a few
+ * lists, each poster on the one of its thread index, so posters rarely
+ * share a lock. */
 #define TW_MSG_SEND_LISTS 8
 typedef struct tw_msg_sends {
     tw_spinlock_t lock;
-    tw_msg_sreq_t *head; /* guarded by lock */
+    tw_msg_flight_t *head; /* guarded by lock */
 } TW_ALIGNED(TW_CACHELINE) tw_msg_sends_t;
 
-/* A zero-copy send goes on its thread's list before the transport can
- * complete it. */
-static inline void tw_msg_sends_link(tw_msg_t *msg, tw_msg_sreq_t *req)
+/* With the watchdog on, an operation goes on its thread's list before
+ * the transport can complete it. */
+static inline void tw_msg_flight_link(tw_msg_t *msg, tw_msg_flight_t *fl, bool pull)
 {
+    if (msg->sends == NULL) {
+        return;
+    }
     tw_msg_sends_t *l = &msg->sends[tw_thread_index() % TW_MSG_SEND_LISTS];
 
-    req->sends = l;
-    req->stall = tw_stall_now(&msg->stall);
+    fl->list = l;
+    fl->pull = pull;
+    fl->stall = tw_stall_now(&msg->stall);
+    fl->prev = NULL;
     tw_spinlock_lock(&l->lock);
-    req->next = l->head;
+    fl->next = l->head;
     if (l->head != NULL) {
-        l->head->prev = req;
+        l->head->prev = fl;
     }
-    l->head = req;
+    l->head = fl;
     tw_spinlock_unlock(&l->lock);
 }
 
-static inline void tw_msg_sends_unlink(tw_msg_sreq_t *req)
+static inline void tw_msg_flight_unlink(tw_msg_flight_t *fl)
 {
-    tw_msg_sends_t *l = req->sends;
+    tw_msg_sends_t *l = fl->list;
 
-    tw_spinlock_lock(&l->lock);
-    if (req->prev != NULL) {
-        req->prev->next = req->next;
-    } else {
-        l->head = req->next;
+    if (l == NULL) {
+        return;
     }
-    if (req->next != NULL) {
-        req->next->prev = req->prev;
+    tw_spinlock_lock(&l->lock);
+    if (fl->prev != NULL) {
+        fl->prev->next = fl->next;
+    } else {
+        l->head = fl->next;
+    }
+    if (fl->next != NULL) {
+        fl->next->prev = fl->prev;
     }
     tw_spinlock_unlock(&l->lock);
+    fl->list = NULL;
 }
 
 /* tw_msg_stall.c: the watchdog for this layer (TW_STALL_WARN); with it on,

@@ -2,8 +2,9 @@
 /* Copyright (c) 2026 The threadwire authors */
 /*
  * What the stall watchdog (tw_stall.h) sees of the messaging layer: the
- * posted receives of both matching spaces and the zero-copy sends in
- * flight, each with the peer, tag, size, transport and what it waits for.
+ * posted receives of both matching spaces, the receives pulling their
+ * data (rendezvous) and the zero-copy sends in flight, each with the
+ * peer, tag, size, transport and what it waits for.
  */
 #include "core/tw_mem.h"
 #include "msg/tw_msg_int.h"
@@ -60,17 +61,32 @@ static void tw_msg_stall_walk(void *arg, tw_stall_visit_t *v)
     tw_match_walk(&msg->coll_match, tw_msg_stall_recv, &w);
     for (unsigned i = 0; i < TW_MSG_SEND_LISTS; i++) {
         tw_spinlock_lock(&msg->sends[i].lock);
-        for (tw_msg_sreq_t *q = msg->sends[i].head; q != NULL; q = q->next) {
-            tw_stall_desc_t d = {.op = q->am_id == TW_MSG_AM_USER   ? "active message"
-                                       : q->am_id == TW_MSG_AM_COLL ? "collective send"
-                                                                    : "send",
-                                 .peer = q->dst,
-                                 .has_tag = true,
-                                 .tag = q->tag,
-                                 .len = q->len,
-                                 .tl = tw_msg_tl_name(msg, q->dst),
-                                 .waits = tw_msg_send_waits(msg, q->dst)};
-            tw_stall_check(v, &q->stall, &d);
+        for (tw_msg_flight_t *fl = msg->sends[i].head; fl != NULL; fl = fl->next) {
+            tw_stall_desc_t d;
+            if (fl->pull) {
+                tw_msg_rreq_t *q = TW_CONTAINER_OF(fl, tw_msg_rreq_t, fl);
+                d = (tw_stall_desc_t){.op = q->r == NULL ? "active message payload"
+                                                         : "receive (pulling)",
+                                      .peer = q->src,
+                                      .prep = "from",
+                                      .has_tag = q->r != NULL,
+                                      .tag = q->tag,
+                                      .len = q->len,
+                                      .tl = tw_msg_tl_name(msg, q->src),
+                                      .waits = "the sender's data (rendezvous)"};
+            } else {
+                tw_msg_sreq_t *q = TW_CONTAINER_OF(fl, tw_msg_sreq_t, fl);
+                d = (tw_stall_desc_t){.op = q->am_id == TW_MSG_AM_USER   ? "active message"
+                                            : q->am_id == TW_MSG_AM_COLL ? "collective send"
+                                                                         : "send",
+                                      .peer = q->dst,
+                                      .has_tag = true,
+                                      .tag = q->tag,
+                                      .len = q->len,
+                                      .tl = tw_msg_tl_name(msg, q->dst),
+                                      .waits = tw_msg_send_waits(msg, q->dst)};
+            }
+            tw_stall_check(v, &fl->stall, &d);
         }
         tw_spinlock_unlock(&msg->sends[i].lock);
     }

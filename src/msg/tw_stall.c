@@ -172,8 +172,19 @@ static int tw_stall_progress(void *arg)
     if (read(s->timer_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN) {
         tw_warn("stall", "reading the watchdog's timer: %s", strerror(errno));
     }
+    /* A whole period late: this process did not run (stopped, starved,
+     * or in manual mode not progressed), and its peers' silence meanwhile
+     * says nothing about them -- their frames waited for us. They all
+     * count as heard now. */
+    bool away = now >= s->next_ns + s->period_ns;
     s->next_ns = now + s->period_ns;
     tw_stall_visit_t v = {.s = s, .now = atomic_fetch_add(&s->epoch, 1) + 1};
+    if (away) {
+        for (int i = 0; i < s->size; i++) {
+            atomic_store_explicit(&s->heard[i], v.now, memory_order_relaxed);
+        }
+        atomic_store_explicit(&s->heard_any, v.now, memory_order_relaxed);
+    }
     tw_stall_walk(&v);
     return 0;
 }

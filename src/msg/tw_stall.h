@@ -16,12 +16,17 @@
  * the layers that keep operations (walkers) visit them under their own
  * locks; an operation posted at least three epochs ago (older than the
  * limit) whose peer has been quiet as long is stalled. A wildcard receive
- * counts any peer's sign of life. A blocking collective waiting on the
+ * counts any peer's sign of life. A tick a whole period late (the process
+ * was stopped or starved, or in manual mode not progressed) counts every
+ * peer as heard: their silence meanwhile was ours. A blocking collective waiting on the
  * node's shared memory checks for itself (tw_stall_note, tw_coll_shm.c):
- * the member it waits for has not moved for the limit.
+ * the member it waits for has not moved for the limit. A receive pulling
+ * its data (rendezvous) is watched from the pull's start; its bytes arrive
+ * below this layer, so a pull that takes longer than the limit with no
+ * other sign from its peer (gigabytes over a slow link) is reported too.
  *
  * The cost when on: one relaxed load per post, two per arrival, a list
- * link per zero-copy send (tw_msg.c), and a walk of the outstanding
+ * link per zero-copy send and per pull (tw_msg.c), and a walk of the outstanding
  * operations every half limit. Off (TW_STALL_WARN=0): none of the walks,
  * no timer, no links.
  */

@@ -10,6 +10,12 @@
  *   stopped  rank 0 SIGSTOPs rank 1, then sends it 1 MiB (rendezvous): the
  *            send is listed and warned of once; then SIGCONT, and the
  *            message arrives whole (checksum).
+ *   pull_tcp rank 1 receives 64 MiB over tcp (rendezvous) and SIGSTOPs
+ *            the sender as its pull begins (tcp counts a pull's bytes when
+ *            it asks for them): the pulling receive is listed and warned of
+ *            once; then SIGCONT, and the message arrives whole (checksum).
+ *            The stopped sender warns of nothing: its first tick after the
+ *            stop is late, so its peers' silence meanwhile does not count.
  *   bad_value  TW_STALL_WARN=30 (30 us) is refused by tw_init.
  *   coll     rank 0 waits in a barrier that rank 1 enters only once rank 0
  *            counted the stall: one line, on the node's collective segment
@@ -38,9 +44,10 @@
 #include "tw_mp.h"
 
 enum { TAG_PID = 1, TAG_BIG = 2, TAG_DATA = 3, TAG_LAST = 4, TAG_END = 90 };
-#define AM_GO   7
-#define BIG_LEN (1u << 20)
-#define WAIT_S  30.0
+#define AM_GO    7
+#define BIG_LEN  (1u << 20)
+#define PULL_LEN (64u << 20)
+#define WAIT_S   30.0
 
 static tw_context_t *g_ctx;
 static tw_cq_t *g_cq;
@@ -160,37 +167,107 @@ static uint64_t checksum(const unsigned char *p, size_t n)
     return h;
 }
 
+static void fill_checked(unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        p[i] = (unsigned char)(i * 131u + 7u);
+    }
+    uint64_t sum = checksum(p, n - sizeof(sum));
+    memcpy(p + n - sizeof(sum), &sum, sizeof(sum));
+}
+
+static bool checked(const unsigned char *p, size_t n)
+{
+    uint64_t want;
+
+    memcpy(&want, p + n - sizeof(want), sizeof(want));
+    return checksum(p, n - sizeof(want)) == want;
+}
+
+/* Rank @p stopped, which the other will SIGSTOP, sends its pid; the
+ * other returns it. */
+static int64_t exchange_pid(int stopped)
+{
+    int64_t pid = getpid();
+    int peer = 1 - tw_mp_rank();
+
+    if (tw_mp_rank() == stopped) {
+        TW_MP_CHECK(tw_send(g_ctx, peer, TAG_PID, &pid, sizeof(pid), g_cq, NULL) == TW_OK, "pid");
+    } else {
+        TW_MP_CHECK(tw_recv(g_ctx, peer, TAG_PID, 0, &pid, sizeof(pid), g_cq, NULL) == TW_OK,
+                    "pid");
+    }
+    TW_MP_CHECK(wait_one().status == TW_OK, "pid exchange");
+    return pid;
+}
+
 static void run_stopped(void)
 {
     unsigned char *big = malloc(BIG_LEN);
-    int64_t pid = getpid();
+    int64_t pid = exchange_pid(1);
 
     TW_MP_CHECK(big != NULL, "malloc");
     if (tw_mp_rank() == 1) {
-        TW_MP_CHECK(tw_send(g_ctx, 0, TAG_PID, &pid, sizeof(pid), g_cq, NULL) == TW_OK, "pid");
-        TW_MP_CHECK(wait_one().status == TW_OK, "pid send");
         wait_go(1); /* rank 0 stops us meanwhile */
         TW_MP_CHECK(tw_recv(g_ctx, 0, TAG_BIG, 0, big, BIG_LEN, g_cq, NULL) == TW_OK, "recv");
         tw_completion_t c = wait_one();
-        uint64_t want;
         TW_MP_CHECK(c.status == TW_OK && c.length == BIG_LEN, "big: status %d length %zu", c.status,
                     c.length);
-        memcpy(&want, big + BIG_LEN - sizeof(want), sizeof(want));
-        TW_MP_CHECK(checksum(big, BIG_LEN - sizeof(want)) == want, "big: bad checksum");
+        TW_MP_CHECK(checked(big, BIG_LEN), "big: bad checksum");
     } else {
-        TW_MP_CHECK(tw_recv(g_ctx, 1, TAG_PID, 0, &pid, sizeof(pid), g_cq, NULL) == TW_OK, "pid");
-        TW_MP_CHECK(wait_one().status == TW_OK, "pid recv");
-        for (size_t i = 0; i < BIG_LEN; i++) {
-            big[i] = (unsigned char)(i * 131u + 7u);
-        }
-        uint64_t sum = checksum(big, BIG_LEN - sizeof(sum));
-        memcpy(big + BIG_LEN - sizeof(sum), &sum, sizeof(sum));
+        fill_checked(big, BIG_LEN);
         TW_MP_CHECK(kill((pid_t)pid, SIGSTOP) == 0, "SIGSTOP rank 1 (pid %lld)", (long long)pid);
         TW_MP_CHECK(tw_send(g_ctx, 1, TAG_BIG, big, BIG_LEN, g_cq, NULL) == TW_OK, "big send");
         wait_listed("send to rank 1 tag 0x2, 1048576 bytes");
         TW_MP_CHECK(kill((pid_t)pid, SIGCONT) == 0, "SIGCONT rank 1");
         send_go(1);
         TW_MP_CHECK(wait_one().status == TW_OK, "big send completion");
+    }
+    free(big);
+}
+
+/* tcp's rx_bytes in tw_stats_print. */
+static uint64_t tcp_rx_bytes(void)
+{
+    char *text = stats_text();
+    const char *at = strstr(text, "tl:tcp:");
+    const char *rx = at != NULL ? strstr(at, " rx_bytes=") : NULL;
+    uint64_t n;
+
+    TW_MP_CHECK(rx != NULL, "no tcp rx_bytes in the statistics:\n%s", text);
+    n = strtoull(rx + 10, NULL, 10);
+    free(text);
+    return n;
+}
+
+static void run_pull(void)
+{
+    unsigned char *big = malloc(PULL_LEN);
+    int64_t pid = exchange_pid(0);
+
+    TW_MP_CHECK(big != NULL, "malloc");
+    if (tw_mp_rank() == 0) {
+        fill_checked(big, PULL_LEN); /* slow under sanitizers: before rank 1 posts */
+        send_go(1);
+        wait_go(1); /* its receive is posted */
+        TW_MP_CHECK(tw_send(g_ctx, 1, TAG_BIG, big, PULL_LEN, g_cq, NULL) == TW_OK, "big send");
+        TW_MP_CHECK(wait_one().status == TW_OK, "big send completion"); /* stopped meanwhile */
+    } else {
+        wait_go(1); /* its data is ready */
+        TW_MP_CHECK(tw_recv(g_ctx, 0, TAG_BIG, 0, big, PULL_LEN, g_cq, NULL) == TW_OK, "recv");
+        uint64_t rx0 = tcp_rx_bytes();
+        double end = twt_now() + WAIT_S;
+        send_go(0);
+        while (tcp_rx_bytes() < rx0 + PULL_LEN) { /* the pull has begun */
+            TW_MP_CHECK(twt_now() < end, "the pull did not begin in %.0f s", WAIT_S);
+        }
+        TW_MP_CHECK(kill((pid_t)pid, SIGSTOP) == 0, "SIGSTOP rank 0 (pid %lld)", (long long)pid);
+        wait_listed("receive (pulling) from rank 0 tag 0x2, 67108864 bytes");
+        TW_MP_CHECK(kill((pid_t)pid, SIGCONT) == 0, "SIGCONT rank 0");
+        tw_completion_t c = wait_one();
+        TW_MP_CHECK(c.status == TW_OK && c.length == PULL_LEN, "big: status %d length %zu",
+                    c.status, c.length);
+        TW_MP_CHECK(checked(big, PULL_LEN), "big: bad checksum");
     }
     free(big);
 }
@@ -307,6 +384,7 @@ CASE(stopped, run_stopped, 0, "shm", false)
 CASE(stopped_tcp, run_stopped, 0, "tcp", false)
 CASE(coll, run_coll, 0, "shm", false)
 CASE(coll_tcp, run_coll, 0, "tcp", false)
+CASE(pull_tcp, run_pull, 1, "tcp", false)
 CASE(slow, run_slow, -1, "shm", false)
 CASE(slow_manual, run_slow, -1, "tcp", true)
 
@@ -317,6 +395,7 @@ int main(int argc, char **argv)
                                        {"recv_tcp", case_recv_tcp},
                                        {"stopped", case_stopped},
                                        {"stopped_tcp", case_stopped_tcp},
+                                       {"pull_tcp", case_pull_tcp},
                                        {"coll", case_coll},
                                        {"coll_tcp", case_coll_tcp},
                                        {"slow", case_slow},
