@@ -115,6 +115,15 @@ typedef struct tw_coll_act {
     size_t len;
 } tw_coll_act_t;
 
+/* The stall watchdog (TW_STALL_WARN) on a wait for a member's word in
+ * the node's slot set (tw_coll_shm.c): the word as last seen, when it last
+ * moved (0: not yet looked), whether its line was written. */
+typedef struct tw_cshm_stall {
+    uint64_t last;
+    uint64_t since;
+    bool warned;
+} tw_cshm_stall_t;
+
 typedef struct tw_coll_op {
     tw_coll_kind_t kind;
     struct tw_group *g;
@@ -127,11 +136,12 @@ typedef struct tw_coll_op {
     int root;
     tw_coll_act_t *acts;
     unsigned nacts, cap, cursor;
-    unsigned outstanding; /* receives posted, not completed */
-    tw_status_t status;   /* first error */
-    bool send_blocked;    /* the last send said AGAIN */
-    bool shm_waiting;     /* a nonblocking one waits on the slot set */
-    uint64_t posted_ns;   /* nonblocking: when it was posted */
+    unsigned outstanding;      /* receives posted, not completed */
+    tw_status_t status;        /* first error */
+    bool send_blocked;         /* the last send said AGAIN */
+    bool shm_waiting;          /* a nonblocking one waits on the slot set */
+    uint64_t posted_ns;        /* nonblocking: when it was posted */
+    tw_cshm_stall_t shm_stall; /* nonblocking: the watchdog on its shm waits */
     struct {
         unsigned pc; /* where the shm coroutine stopped (0: start) */
         int j;

@@ -558,6 +558,7 @@ static void tw_sched_reset(tw_coll_op_t *op)
     op->status = TW_OK;
     op->send_blocked = false;
     op->shm_waiting = false;
+    op->shm_stall = (tw_cshm_stall_t){0};
     op->cs.pc = 0;
 }
 

@@ -98,38 +98,9 @@ static bool tw_cshm_gone(const tw_group_t *g, int j, _Atomic uint64_t *w, uint64
 static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t target,
                                      uint64_t spin_ns);
 
-/* Wait until member @p j's word *w >= target: TW_OK (acquire),
- * TW_ERR_AGAIN (nonblocking and not yet), or why the group failed. */
-static tw_status_t tw_cshm_await(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t target)
-{
-    tw_group_t *g = op->g;
-    tw_cshm_node_t *node = g->coll->node;
-    uint64_t spin_ns = node->spin_ns;
-    tw_status_t st;
-
-    if (TW_LIKELY(atomic_load_explicit(w, memory_order_acquire) >= target)) {
-        return TW_OK;
-    }
-    if (op->nb) {
-        st = tw_cshm_failed(g);
-        if (st == TW_OK && tw_cshm_gone(g, j, w, target)) {
-            st = TW_ERR_PEER_FAILED;
-        }
-        op->shm_waiting = st == TW_OK;
-        return st == TW_OK ? TW_ERR_AGAIN : st;
-    }
-    st = tw_cshm_wait_loop(op, j, w, target, spin_ns);
-    return st;
-}
-
-/* The stall watchdog (TW_STALL_WARN) for a blocking wait on a member:
- * one line when its word has not moved for the limit. */
-typedef struct tw_cshm_stall {
-    uint64_t last;  /* the word as last seen */
-    uint64_t since; /* when it last moved (0: not yet looked) */
-    bool warned;
-} tw_cshm_stall_t;
-
+/* The stall watchdog (TW_STALL_WARN) for a wait on a member: one line
+ * when its word has not moved for the limit. A blocking wait keeps @p st
+ * on its stack, a nonblocking operation in op->shm_stall. */
 static void tw_cshm_stall_check(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t now,
                                 tw_cshm_stall_t *st)
 {
@@ -163,6 +134,33 @@ static void tw_cshm_stall_check(tw_coll_op_t *op, int j, _Atomic uint64_t *w, ui
                          .waits = waits};
     st->warned = true;
     tw_stall_note(s, &d, (double)(now - st->since) / 1e9);
+}
+
+/* Wait until member @p j's word *w >= target: TW_OK (acquire),
+ * TW_ERR_AGAIN (nonblocking and not yet), or why the group failed. */
+static tw_status_t tw_cshm_await(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t target)
+{
+    tw_group_t *g = op->g;
+    tw_cshm_node_t *node = g->coll->node;
+    uint64_t spin_ns = node->spin_ns;
+    tw_status_t st;
+
+    if (TW_LIKELY(atomic_load_explicit(w, memory_order_acquire) >= target)) {
+        return TW_OK;
+    }
+    if (op->nb) {
+        st = tw_cshm_failed(g);
+        if (st == TW_OK && tw_cshm_gone(g, j, w, target)) {
+            st = TW_ERR_PEER_FAILED;
+        }
+        op->shm_waiting = st == TW_OK;
+        if (st == TW_OK) {
+            tw_cshm_stall_check(op, j, w, tw_time_coarse_ns(), &op->shm_stall);
+        }
+        return st == TW_OK ? TW_ERR_AGAIN : st;
+    }
+    st = tw_cshm_wait_loop(op, j, w, target, spin_ns);
+    return st;
 }
 
 static tw_status_t tw_cshm_wait_loop(tw_coll_op_t *op, int j, _Atomic uint64_t *w, uint64_t target,

@@ -7,28 +7,29 @@
  * what it waits for -- and the "stalls" counter; tw_stats_print lists the
  * ones still outstanding.
  *
- * Time is counted in epochs, not read from a clock on the hot path: a
- * tick on engine 0 (a timerfd wakes it; in manual mode the tick runs
- * inside tw_progress) raises the epoch every half limit. A post records
- * the epoch (one relaxed load); an arrival from a peer, or a transport
- * completion of an operation to it, records the epoch as the peer's last
- * sign of life (two relaxed loads, a store once per epoch). At each tick
- * the layers that keep operations (walkers) visit them under their own
- * locks; an operation posted at least three epochs ago (older than the
- * limit) whose peer has been quiet as long is stalled. A wildcard receive
- * counts any peer's sign of life. A tick a whole period late (the process
- * was stopped or starved, or in manual mode not progressed) counts every
- * peer as heard: their silence meanwhile was ours. A blocking collective waiting on the
- * node's shared memory checks for itself (tw_stall_note, tw_coll_shm.c):
- * the member it waits for has not moved for the limit. A receive pulling
- * its data (rendezvous) is watched from the pull's start; its bytes arrive
- * below this layer, so a pull that takes longer than the limit with no
- * other sign from its peer (gigabytes over a slow link) is reported too.
+ * Time is counted in epochs, not read from a clock on the hot path: a tick
+ * on engine 0 (a timerfd wakes it; in manual mode the tick runs inside
+ * tw_progress) raises the epoch every half limit. A post records the epoch
+ * (one relaxed load); an arrival from a peer, or a transport completion of
+ * an operation to it, records the epoch as the peer's last sign of life
+ * (two relaxed loads, a store once per epoch). At each tick the layers that
+ * keep operations (walkers) visit them under their own locks; an operation
+ * posted at least three epochs ago (older than the limit) whose peer has
+ * been quiet as long is stalled. A wildcard receive counts any peer's sign
+ * of life. A tick a whole period late (the process was stopped or starved,
+ * or in manual mode not progressed) counts every peer as heard: their
+ * silence meanwhile was ours. A collective waiting on the node's shared
+ * memory (blocking, or on engine 0) checks for itself (tw_stall_note,
+ * tw_coll_shm.c): the member it waits for has not moved for the limit. A
+ * receive pulling its data (rendezvous) is watched from the pull's start;
+ * its bytes arrive below this layer, so a pull that takes longer than the
+ * limit with no other sign from its peer (gigabytes over a slow link) is
+ * reported too.
  *
- * The cost when on: one relaxed load per post, two per arrival, a list
- * link per zero-copy send and per pull (tw_msg.c), and a walk of the outstanding
- * operations every half limit. Off (TW_STALL_WARN=0): none of the walks,
- * no timer, no links.
+ * The cost when on: one relaxed load per post, two per arrival, a list link
+ * per zero-copy send and per pull (tw_msg.c), and a walk of the outstanding
+ * operations every half limit. Off (TW_STALL_WARN=0): none of the walks, no
+ * timer, no links.
  */
 #ifndef TW_STALL_H
 #define TW_STALL_H

@@ -20,6 +20,8 @@
  *   coll     rank 0 waits in a barrier that rank 1 enters only once rank 0
  *            counted the stall: one line, on the node's collective segment
  *            (shm) or for a collective receive (tcp).
+ *   icoll    the same with tw_ibarrier on rank 0 (engine 0 drives it, the
+ *            caller polls its CQ): one line, on the slot set.
  *   slow     rank 1's receive for the last message waits 3 s while rank 0
  *            streams other messages to it every 100 ms: slow, not stalled,
  *            so no line on either rank.
@@ -311,22 +313,53 @@ static void *barrier_thread(void *arg)
     return arg;
 }
 
-static void run_coll(void)
+/* Rank 0 until it has counted a stall, polling @p cq if it is given;
+ * then rank 1 enters the barrier. Rank 0 returns then, rank 1 after it. */
+static void late_barrier(tw_cq_t *cq)
 {
+    double end = twt_now() + WAIT_S;
+    tw_completion_t c;
+
     if (tw_mp_rank() == 1) {
         wait_go(1);
         TW_MP_CHECK(tw_barrier(tw_group_world(g_ctx)) == TW_OK, "barrier");
         return;
     }
-    pthread_t th;
-    double end = twt_now() + WAIT_S;
-    TW_MP_CHECK(pthread_create(&th, NULL, barrier_thread, NULL) == 0, "pthread_create");
     while (stalls_counted() == 0) {
+        TW_MP_CHECK(cq == NULL || tw_cq_poll(cq, &c, 1) == 0, "the ibarrier ended alone");
         TW_MP_CHECK(twt_now() < end, "no stall counted in %.0f s", WAIT_S);
         usleep(10000);
     }
     send_go(1);
-    pthread_join(th, NULL);
+}
+
+static void run_coll(void)
+{
+    pthread_t th;
+
+    if (tw_mp_rank() == 0) {
+        TW_MP_CHECK(pthread_create(&th, NULL, barrier_thread, NULL) == 0, "pthread_create");
+    }
+    late_barrier(NULL);
+    if (tw_mp_rank() == 0) {
+        pthread_join(th, NULL);
+    }
+}
+
+/* The same with a nonblocking barrier on rank 0, which engine 0 drives
+ * while the caller only polls its CQ. */
+static void run_icoll(void)
+{
+    if (tw_mp_rank() == 0) {
+        TW_MP_CHECK(tw_ibarrier(tw_group_world(g_ctx), g_cq, NULL) == TW_OK, "ibarrier");
+    }
+    late_barrier(g_cq);
+    if (tw_mp_rank() == 1) {
+        return;
+    }
+    tw_completion_t c = wait_one();
+    TW_MP_CHECK(c.status == TW_OK && c.op == TW_OP_COLL, "ibarrier: status %d op %d", c.status,
+                c.op);
 }
 
 /* One case: the environment, a job, the scenario, then the counts. */
@@ -384,6 +417,7 @@ CASE(stopped, run_stopped, 0, "shm", false)
 CASE(stopped_tcp, run_stopped, 0, "tcp", false)
 CASE(coll, run_coll, 0, "shm", false)
 CASE(coll_tcp, run_coll, 0, "tcp", false)
+CASE(icoll, run_icoll, 0, "shm", false)
 CASE(pull_tcp, run_pull, 1, "tcp", false)
 CASE(slow, run_slow, -1, "shm", false)
 CASE(slow_manual, run_slow, -1, "tcp", true)
@@ -398,6 +432,7 @@ int main(int argc, char **argv)
                                        {"pull_tcp", case_pull_tcp},
                                        {"coll", case_coll},
                                        {"coll_tcp", case_coll_tcp},
+                                       {"icoll", case_icoll},
                                        {"slow", case_slow},
                                        {"slow_manual", case_slow_manual},
                                        {"bad_value", case_bad_value}};
