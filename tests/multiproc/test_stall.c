@@ -99,16 +99,24 @@ static char *stats_text(void)
     return buf;
 }
 
-static unsigned long stalls_counted(void)
+/* Counter @p key (" name=") of the first line holding @p section
+ * ("msg:", "tl:tcp:") in tw_stats_print's text. */
+static uint64_t stat_value(const char *section, const char *key)
 {
     char *text = stats_text();
-    const char *at = strstr(text, " stalls=");
-    unsigned long n;
+    const char *at = strstr(text, section);
+    const char *v = at != NULL ? strstr(at, key) : NULL;
+    uint64_t n;
 
-    TW_MP_CHECK(at != NULL, "no stalls counter in:\n%s", text);
-    n = strtoul(at + 8, NULL, 10);
+    TW_MP_CHECK(v != NULL, "no%s after '%s' in the statistics:\n%s", key, section, text);
+    n = strtoull(v + strlen(key), NULL, 10);
     free(text);
     return n;
+}
+
+static uint64_t stalls_counted(void)
+{
+    return stat_value("msg:", " stalls=");
 }
 
 /* Poll tw_stats_print until it lists a stall that contains @p what. */
@@ -228,20 +236,6 @@ static void run_stopped(void)
     free(big);
 }
 
-/* tcp's rx_bytes in tw_stats_print. */
-static uint64_t tcp_rx_bytes(void)
-{
-    char *text = stats_text();
-    const char *at = strstr(text, "tl:tcp:");
-    const char *rx = at != NULL ? strstr(at, " rx_bytes=") : NULL;
-    uint64_t n;
-
-    TW_MP_CHECK(rx != NULL, "no tcp rx_bytes in the statistics:\n%s", text);
-    n = strtoull(rx + 10, NULL, 10);
-    free(text);
-    return n;
-}
-
 static void run_pull(void)
 {
     unsigned char *big = malloc(PULL_LEN);
@@ -257,10 +251,10 @@ static void run_pull(void)
     } else {
         wait_go(1); /* its data is ready */
         TW_MP_CHECK(tw_recv(g_ctx, 0, TAG_BIG, 0, big, PULL_LEN, g_cq, NULL) == TW_OK, "recv");
-        uint64_t rx0 = tcp_rx_bytes();
+        uint64_t rx0 = stat_value("tl:tcp:", " rx_bytes=");
         double end = twt_now() + WAIT_S;
         send_go(0);
-        while (tcp_rx_bytes() < rx0 + PULL_LEN) { /* the pull has begun */
+        while (stat_value("tl:tcp:", " rx_bytes=") < rx0 + PULL_LEN) { /* the pull has begun */
             TW_MP_CHECK(twt_now() < end, "the pull did not begin in %.0f s", WAIT_S);
         }
         TW_MP_CHECK(kill((pid_t)pid, SIGSTOP) == 0, "SIGSTOP rank 0 (pid %lld)", (long long)pid);
@@ -377,12 +371,12 @@ static void run(void (*scenario)(void), int warned_rank, const char *transports,
     TW_MP_CHECK(tw_am_register(g_ctx, AM_GO, on_go, NULL) == TW_OK, "am register");
     tw_mp_barrier(g_ctx, TAG_END);
     scenario();
-    unsigned long want = tw_mp_rank() == warned_rank ? 1 : 0;
-    unsigned long counted = stalls_counted();
+    uint64_t want = tw_mp_rank() == warned_rank ? 1 : 0;
+    uint64_t counted = stalls_counted();
     uint64_t warns = tw_log_count(TW_LOG_WARN) - warns0;
     TW_MP_CHECK(counted == want && warns == want,
-                "stalls counter %lu and %llu warning lines, want %lu of each", counted,
-                (unsigned long long)warns, want);
+                "stalls counter %llu and %llu warning lines, want %llu of each",
+                (unsigned long long)counted, (unsigned long long)warns, (unsigned long long)want);
     char *text = stats_text();
     TW_MP_CHECK(strstr(text, "stalled: none") != NULL, "a stall still listed:\n%s", text);
     free(text);
