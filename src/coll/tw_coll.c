@@ -562,6 +562,10 @@ tw_status_t tw_coll_start(tw_coll_t *coll)
 void tw_coll_stop(tw_coll_t *coll)
 {
     atomic_store_explicit(&coll->stopping, true, memory_order_release);
+    /* A member whose collective failed may have sent for a round this
+     * one never entered (the world group is never destroyed, so nothing
+     * else purges it): its sender would wait out its finalize for it. */
+    tw_msg_coll_close(coll->p.msg);
 }
 
 void tw_coll_destroy(tw_coll_t *coll)

@@ -79,7 +79,9 @@ tw_status_t tw_coll_job_check(const tw_coll_t *coll, int peer, const void *addr,
  * any (an engine). */
 void tw_coll_peer_down(tw_coll_t *coll, int peer, bool failed);
 /** Finalize begins: outstanding nonblocking collectives complete
- * TW_ERR_CANCELED, groups are released. Thread: the finalizing one. */
+ * TW_ERR_CANCELED, groups are released, and what members sent that no
+ * collective will read is dropped (tw_msg_coll_close). Thread: the
+ * finalizing one. */
 void tw_coll_stop(tw_coll_t *coll);
 /** Free everything (engines stopped). */
 void tw_coll_destroy(tw_coll_t *coll);

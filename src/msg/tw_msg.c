@@ -69,6 +69,7 @@ tw_status_t tw_msg_create(const tw_msg_params_t *params, tw_msg_t **msg_p)
         atomic_init(&msg->am[i], NULL);
     }
     atomic_init(&msg->drop_logged, 0);
+    atomic_init(&msg->coll_closed, false);
     msg->route = tw_calloc((size_t)params->size, sizeof(*msg->route));
     if (msg->route == NULL) {
         st = TW_ERR_NOMEM;
@@ -634,6 +635,14 @@ void tw_msg_coll_purge(tw_msg_t *msg, uint64_t tag, uint64_t mask)
     tw_match_purge(&msg->coll_match, tag, mask, tw_msg_purge_one, msg);
 }
 
+/* Flag, then purge; an arrival queues, then looks at the flag (after
+ * the bucket's lock): one of the two sees the other's message. */
+void tw_msg_coll_close(tw_msg_t *msg)
+{
+    atomic_store_explicit(&msg->coll_closed, true, memory_order_seq_cst);
+    tw_msg_coll_purge(msg, 0, 0);
+}
+
 tw_status_t tw_msg_am_register(tw_msg_t *msg, uint8_t id, tw_am_handler_t fn, void *arg)
 {
     tw_msg_am_entry_t *e = tw_malloc(sizeof(*e)), *expected = NULL;
@@ -706,6 +715,10 @@ void tw_msg_recv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
             tw_msg_finish_recv(msg, r, src, h.tag, data, len);
         } else if (st == TW_OK) {
             tw_stats_inc(msg->stats, TW_MSG_STAT_UNEXPECTED);
+            if (am_id == TW_MSG_AM_COLL &&
+                atomic_load_explicit(&msg->coll_closed, memory_order_seq_cst)) {
+                tw_msg_coll_purge(msg, h.tag, UINT64_MAX); /* finalizing: nobody reads it */
+            }
         } else {
             tw_stats_inc(msg->stats, TW_MSG_STAT_DROPPED);
         }
@@ -777,6 +790,10 @@ void tw_msg_rndv_cb(void *arg, int src, uint8_t am_id, const void *hdr, size_t h
             tw_msg_rndv_pull(q);
         } else if (st == TW_OK) {
             tw_stats_inc(msg->stats, TW_MSG_STAT_UNEXPECTED);
+            if (am_id == TW_MSG_AM_COLL &&
+                atomic_load_explicit(&msg->coll_closed, memory_order_seq_cst)) {
+                tw_msg_coll_purge(msg, h.tag, UINT64_MAX); /* finalizing: nobody reads it */
+            }
         } else {
             tw_stats_inc(msg->stats, TW_MSG_STAT_DROPPED);
             goto release;

@@ -98,6 +98,11 @@ bool tw_msg_coll_cancel(tw_msg_t *msg, int src, uint64_t tag);
 /** Drop every unexpected message whose tag equals @p tag on @p mask (the
  * leftovers of a group that is gone); rendezvous senders are released. */
 void tw_msg_coll_purge(tw_msg_t *msg, uint64_t tag, uint64_t mask);
+/** No collective will read again (finalize): drop every unexpected
+ * message of the library's own tags, now and as they arrive, releasing
+ * rendezvous senders -- a member whose collective failed may have sent
+ * for a round this one never entered, and would wait for it. */
+void tw_msg_coll_close(tw_msg_t *msg);
 /** The one-sided operations (tw_rma.h) that share its routes. */
 struct tw_rma *tw_msg_rma(tw_msg_t *msg);
 

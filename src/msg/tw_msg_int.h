@@ -34,6 +34,7 @@ struct tw_msg {
     int size;
     _Atomic(tw_msg_am_entry_t *) am[256];
     atomic_uint_fast64_t drop_logged;
+    atomic_bool coll_closed;    /* tw_msg_coll_close: no collective reads again */
     atomic_uchar *down;         /* [size]: 1 once the peer is gone */
     tw_rma_t *rma;              /* one-sided operations (tw_rma.c) */
     tw_stall_t stall;           /* the watchdog (tw_stall.h) */

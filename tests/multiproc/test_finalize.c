@@ -24,6 +24,13 @@
  *                      bytes, or CANCELED / PEER_FAILED -- or was refused
  *                      with TW_ERR_INVALID once finalize began; no crash,
  *                      no race (TSan), no leak (ASan).
+ *   coll_unread[_tcp]  each rank broadcasts 1 MiB point to point
+ *                      (TW_COLL_SLOTS=0) as the root, which the other never
+ *                      reads -- as members whose collective failed send for a
+ *                      round the others never enter: each finalize drops
+ *                      what it holds and releases its sender, so neither
+ *                      waits 2 s for the other to read (a warning: an
+ *                      unexpected log line).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -208,6 +215,28 @@ static void run_peer_left(void)
     printf("rank 0: %d operations posted to a departed peer; finalize took %.2f s\n", posted, took);
 }
 
+/* ---- coll_unread ------------------------------------------------------ */
+
+static void run_coll_unread(void)
+{
+    enum { LEN = 1 << 20 };
+
+    baseline();
+    unsigned char *buf = malloc(LEN);
+    TW_MP_CHECK(buf != NULL, "malloc");
+    memset(buf, 0x5c, LEN);
+    tw_context_t *ctx = tw_mp_init();
+    tw_mp_barrier(ctx, TAG_BARRIER);
+    /* A root only sends (a staged copy): it returns at once. */
+    TW_MP_CHECK(tw_bcast(tw_group_world(ctx), buf, LEN, tw_mp_rank()) == TW_OK, "the bcast's root");
+    /* After the announcement, on the same path: the peer holds it unread. */
+    tw_mp_barrier(ctx, TAG_BARRIER + 1);
+    double took = finalize_timed(ctx);
+    free(buf);
+    check_baseline();
+    printf("rank %d: finalize with a collective message unread took %.2f s\n", tw_mp_rank(), took);
+}
+
 /* ---- posters ---------------------------------------------------------- */
 
 typedef struct poster {
@@ -354,12 +383,27 @@ CASE(peer_left_tcp, run_peer_left, "tcp", false)
 CASE(posters, run_posters, "shm", false)
 CASE(posters_manual, run_posters, "tcp", true)
 
+static void case_coll_unread(void)
+{
+    TWT_EQ(setenv("TW_COLL_SLOTS", "0", 1), 0);
+    with_env("shm", false);
+    run_coll_unread();
+}
+
+static void case_coll_unread_tcp(void)
+{
+    TWT_EQ(setenv("TW_COLL_SLOTS", "0", 1), 0);
+    with_env("tcp", false);
+    run_coll_unread();
+}
+
 int main(int argc, char **argv)
 {
     static const twt_case_t cases[] = {
         {"outstanding", case_outstanding}, {"outstanding_tcp", case_outstanding_tcp},
         {"peer_left", case_peer_left},     {"peer_left_tcp", case_peer_left_tcp},
-        {"posters", case_posters},         {"posters_manual", case_posters_manual}};
+        {"posters", case_posters},         {"posters_manual", case_posters_manual},
+        {"coll_unread", case_coll_unread}, {"coll_unread_tcp", case_coll_unread_tcp}};
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));
