@@ -91,6 +91,7 @@ static const tw_stat_desc_t tw_coll_stat_descs[TW_COLL_STAT_COUNT] = {
     [TW_COLL_STAT_FAILED] = {"failed", TW_STAT_COUNTER},
     [TW_COLL_STAT_SENT] = {"sent", TW_STAT_COUNTER},
     [TW_COLL_STAT_STAGED] = {"staged", TW_STAT_COUNTER},
+    [TW_COLL_STAT_DIRECT] = {"direct", TW_STAT_COUNTER},
     [TW_COLL_STAT_REVOKES] = {"revokes", TW_STAT_COUNTER},
     [TW_COLL_STAT_GROUPS] = {"groups", TW_STAT_COUNTER},
     [TW_COLL_STAT_BUSY] = {"busy", TW_STAT_COUNTER},

@@ -2,9 +2,11 @@
 /* Copyright (c) 2026 The threadwire authors */
 /*
  * Running a schedule. tw_coll_exec takes the actions in order: a send
- * goes out (copied: the operation never waits for a send), a receive is
+ * goes out -- copied when large, so the operation need not wait for it,
+ * unless the schedule waits for it and the transport completes it without
+ * the receiver (an exchange over tcp: tw_exec_send) -- a receive is
  * posted with the action as its user pointer, a wait stops the run until
- * that receive completed, reductions and copies run in place. Whoever
+ * that receive (or send) completed, reductions and copies run in place. Whoever
  * drives the operation calls it again when something happened: the
  * calling thread of a blocking collective, sleeping in its group's CQ in
  * between; engine 0 for a nonblocking one, on every pass.
@@ -12,8 +14,9 @@
  * Failure. A receive that fails (its source died), a failure of the group
  * (a member down, a member's revocation: tw_group_fail) or a local error
  * stops the run. Then every receive still posted is taken back -- one
- * that matched already is waited for, its data is on the way -- so
- * nothing writes into the caller's buffers after the operation ended;
+ * that matched already is waited for, its data is on the way, as is a
+ * send still going from a buffer -- so nothing touches the caller's
+ * buffers after the operation ended;
  * every other member is told (a revocation, once per group), so nobody
  * waits for a member that stopped; and the group stays failed.
  */
@@ -48,6 +51,12 @@ static void tw_exec_complete(tw_coll_op_t *op, const tw_completion_t *c)
     }
     a->done = true;
     op->outstanding--;
+    if (a->kind == TW_ACT_SEND) {
+        if (c->status != TW_OK) {
+            tw_exec_fail(op, c->status);
+        }
+        return;
+    }
     if (c->status == TW_OK && c->length == a->len) {
         return;
     }
@@ -82,6 +91,35 @@ static tw_status_t tw_exec_revoke(tw_coll_op_t *op)
     }
     g->revoked = true;
     return TW_OK;
+}
+
+/* A send goes from the buffer when the schedule waits for it (zc) and
+ * the transport completes it without the receiver (tw_msg_coll_detached:
+ * tcp), which saves the copy of a large one; the wait then holds the
+ * buffer, and a failure, until it is out. Else it is copied if large
+ * (tw_coll_send) and done at once. */
+static tw_status_t tw_exec_send(tw_coll_op_t *op, tw_coll_act_t *a)
+{
+    tw_group_t *g = op->g;
+    tw_coll_t *coll = g->coll;
+    int dst = g->ranks[a->peer];
+    uint64_t tag = TW_COLL_TAG(g->rids[a->peer], op->seq, a->step);
+    tw_status_t st;
+
+    a->done = true;
+    if (!a->zc || a->len <= tw_msg_eager_max(coll->p.msg, dst) ||
+        !tw_msg_coll_detached(coll->p.msg, dst)) {
+        return tw_coll_send(coll, dst, tag, a->a, a->len);
+    }
+    st = tw_msg_coll_send(coll->p.msg, dst, tag, a->a, a->len, g->cq, a);
+    if (st == TW_OK) {
+        a->done = false;
+        a->posted = true;
+        op->outstanding++;
+        tw_stats_inc(coll->stats, TW_COLL_STAT_SENT);
+        tw_stats_inc(coll->stats, TW_COLL_STAT_DIRECT);
+    }
+    return st;
 }
 
 static tw_status_t tw_exec_abort(tw_coll_op_t *op)
@@ -135,8 +173,7 @@ tw_status_t tw_coll_exec(tw_coll_op_t *op, const tw_completion_t *c, int n)
         tw_coll_act_t *a = &op->acts[op->cursor];
         switch ((tw_coll_act_kind_t)a->kind) {
         case TW_ACT_SEND:
-            st = tw_coll_send(coll, g->ranks[a->peer],
-                              TW_COLL_TAG(g->rids[a->peer], op->seq, a->step), a->a, a->len);
+            st = tw_exec_send(op, a);
             if (st == TW_ERR_AGAIN) {
                 op->send_blocked = true;
                 return TW_ERR_AGAIN;

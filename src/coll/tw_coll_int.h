@@ -69,6 +69,7 @@ enum {
     TW_COLL_STAT_FAILED,  /* completed with an error */
     TW_COLL_STAT_SENT,    /* messages sent */
     TW_COLL_STAT_STAGED,  /* of them copied first (above the eager limit) */
+    TW_COLL_STAT_DIRECT,  /* of them sent from the buffer and waited for (idem) */
     TW_COLL_STAT_REVOKES, /* revocations received */
     TW_COLL_STAT_GROUPS,  /* groups created */
     TW_COLL_STAT_BUSY,    /* calls refused: a collective outstanding on the group */
@@ -106,8 +107,9 @@ typedef struct tw_coll_act {
     uint8_t step;
     uint8_t sub; /* TW_ACT_SHM */
     uint64_t sn; /* TW_ACT_SHM: its number among the group's shm steps (from 1) */
-    bool posted; /* RECV: handed to msg */
-    bool done;   /* RECV: completed (or taken back) */
+    bool posted; /* RECV, SEND from the buffer: handed to msg */
+    bool done;   /* RECV: completed (or taken back); SEND: out of the buffer */
+    bool zc;     /* SEND: may go from the buffer, a WAIT on it follows */
     int peer;    /* group rank */
     unsigned wait;
     void *dst;

@@ -108,6 +108,26 @@ static void tw_sched_recv_wait(tw_sched_t *s, int peer, unsigned step, void *buf
     tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = i});
 }
 
+/* Exchange with @p peer: the receive is posted before the send, so the
+ * partner's payload, sent at the same time, lands in @p rbuf (over tcp,
+ * read from the socket straight into it) rather than being staged as
+ * unexpected and copied again; then wait for it. */
+static void tw_sched_sendrecv(tw_sched_t *s, int peer, unsigned step, const void *sbuf, size_t slen,
+                              void *rbuf, size_t rlen)
+{
+    unsigned i = tw_sched_add(
+        s, (tw_coll_act_t){
+               .kind = TW_ACT_RECV, .step = (uint8_t)step, .peer = peer, .dst = rbuf, .len = rlen});
+    unsigned j = tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_SEND,
+                                                 .step = (uint8_t)step,
+                                                 .peer = peer,
+                                                 .a = sbuf,
+                                                 .len = slen,
+                                                 .zc = true});
+    tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = i});
+    tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = j});
+}
+
 /* dst = a (+) b over @p n elements. */
 static void tw_sched_reduce_n(tw_sched_t *s, void *dst, const void *a, const void *b, size_t n)
 {
@@ -263,8 +283,7 @@ static void tw_sched_allreduce_rd(tw_sched_t *s, const int *parts, int np, int p
     for (unsigned k = 0; k < rounds; k++) {
         int pn = npos ^ (1 << k);
         int peer = tw_sched_p2_rank(parts, rem, pn);
-        tw_sched_send(s, peer, base + 1 + k, acc, bytes);
-        tw_sched_recv_wait(s, peer, base + 1 + k, tmp, bytes);
+        tw_sched_sendrecv(s, peer, base + 1 + k, acc, bytes, tmp, bytes);
         if (pn < npos) {
             tw_sched_reduce(s, acc, tmp, acc);
         } else {
@@ -320,8 +339,7 @@ static void tw_sched_allreduce_rsag(tw_sched_t *s, const int *parts, int np, int
         size_t sn = tw_sched_block(count, p2, upper ? mid : hi) - so;
         size_t ko = tw_sched_block(count, p2, klo);
         size_t kn = tw_sched_block(count, p2, khi) - ko;
-        tw_sched_send(s, peer, step, acc + so * es, sn * es);
-        tw_sched_recv_wait(s, peer, step, tmp + ko * es, kn * es);
+        tw_sched_sendrecv(s, peer, step, acc + so * es, sn * es, tmp + ko * es, kn * es);
         if (pn < npos) {
             tw_sched_reduce_n(s, acc + ko * es, tmp + ko * es, acc + ko * es, kn);
         } else {
@@ -336,8 +354,7 @@ static void tw_sched_allreduce_rsag(tw_sched_t *s, const int *parts, int np, int
         int plo = (npos >> k) & 1 ? lo - w : hi; /* the partner's blocks: [plo, plo + w) */
         size_t mo = tw_sched_block(count, p2, lo), mn = tw_sched_block(count, p2, hi) - mo;
         size_t po = tw_sched_block(count, p2, plo), pl = tw_sched_block(count, p2, plo + w) - po;
-        tw_sched_send(s, peer, step, acc + mo * es, mn * es);
-        tw_sched_recv_wait(s, peer, step, acc + po * es, pl * es);
+        tw_sched_sendrecv(s, peer, step, acc + mo * es, mn * es, acc + po * es, pl * es);
         lo = TW_MIN(lo, plo);
         hi = lo + 2 * w;
     }

@@ -350,6 +350,14 @@ size_t tw_msg_eager_max(tw_msg_t *msg, int dst)
     return TW_MIN(room, msg->eager_limit);
 }
 
+bool tw_msg_coll_detached(tw_msg_t *msg, int dst)
+{
+    tw_tl_iface_t *iface = msg->route[dst];
+
+    return iface != NULL && (iface->caps & TW_TL_CAP_EAGER_IDS) != 0 &&
+           (iface->eager_am_ids >> TW_MSG_AM_COLL & 1) != 0;
+}
+
 void tw_msg_coll_set_ctl(tw_msg_t *msg, tw_msg_ctl_fn_t fn, void *arg)
 {
     msg->ctl_fn = fn;

@@ -83,6 +83,11 @@ typedef void (*tw_msg_ctl_fn_t)(void *arg, int src, uint64_t tag, const void *da
 /** Most payload bytes a send to @p dst copies at once (am_short): larger
  * ones are sent from the buffer until the receiver takes them. */
 size_t tw_msg_eager_max(tw_msg_t *msg, int dst);
+/** True when a collective's send to @p dst of any size completes without
+ * @p dst's help (TW_TL_CAP_EAGER_IDS: no rendezvous), so it may be sent
+ * from a buffer the sender keeps until its completion; false when a
+ * large one waits for the receiver to take it. */
+bool tw_msg_coll_detached(tw_msg_t *msg, int dst);
 /** Install the control hook (before traffic starts). */
 void tw_msg_coll_set_ctl(tw_msg_t *msg, tw_msg_ctl_fn_t fn, void *arg);
 tw_status_t tw_msg_coll_send(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len,

@@ -176,9 +176,9 @@ void tw_tl_quiesce_wait(tw_tl_iface_t *iface, unsigned (*pending)(tw_tl_iface_t 
     }
 }
 
-#define TW_TL_CAP_DEFINED                                                                         \
-    (((TW_TL_CAP_FIRST << 1) - 1u) | TW_TL_CAP_ALWAYS_ON | TW_TL_CAP_OPT_IN | TW_TL_CAP_WRAPPER | \
-     TW_TL_CAP_WRAP_ALL | TW_TL_CAP_JOB_WIDE | TW_TL_CAP_BESIDE)
+#define TW_TL_CAP_DEFINED                                                         \
+    (((TW_TL_CAP_EAGER_IDS << 1) - 1u) | TW_TL_CAP_ALWAYS_ON | TW_TL_CAP_OPT_IN | \
+     TW_TL_CAP_WRAPPER | TW_TL_CAP_WRAP_ALL | TW_TL_CAP_JOB_WIDE | TW_TL_CAP_BESIDE)
 
 bool tw_tl_caps_consistent(const tw_tl_ops_t *ops)
 {

@@ -129,6 +129,12 @@ enum {
     /* An iface beside others (TW_TL_CAP_BESIDE) that goes before them in
      * routing order (leader routing), not after them. */
     TW_TL_CAP_FIRST = 1u << 9,
+    /* am_zcopy of an id in eager_am_ids never waits for the receiver: it
+     * completes once the payload left the buffer, whether or not the
+     * layer above there ever posts a receive for it (tcp: written to the
+     * socket, which the peer's lane always reads). Its sender may then
+     * send from a buffer it must not rewrite until that completion. */
+    TW_TL_CAP_EAGER_IDS = 1u << 10,
     /* Selection (ops->caps only). */
     TW_TL_CAP_ALWAYS_ON = 1u << 16, /* opened whatever the transport list says */
     TW_TL_CAP_OPT_IN = 1u << 17,    /* opened only when the transport list names it */

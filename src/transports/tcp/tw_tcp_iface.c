@@ -123,7 +123,8 @@ static void tw_tcp_quiesce(tw_tl_iface_t *iface)
 
 const tw_tl_ops_t tw_tcp_ops = {
     .name = "tcp",
-    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV | TW_TL_CAP_POLL,
+    .caps = TW_TL_CAP_AM_SHORT | TW_TL_CAP_AM_ZCOPY | TW_TL_CAP_RNDV | TW_TL_CAP_POLL |
+            TW_TL_CAP_EAGER_IDS,
     .cfg = &tw_tcp_cfg_table,
     .query = tw_tcp_query,
     .iface_open = tw_tcp_iface_open,
