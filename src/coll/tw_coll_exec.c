@@ -107,8 +107,8 @@ static tw_status_t tw_exec_send(tw_coll_op_t *op, tw_coll_act_t *a)
     tw_status_t st;
 
     a->done = true;
-    if (!a->zc || a->len <= tw_msg_eager_max(coll->p.msg, dst) ||
-        !tw_msg_coll_detached(coll->p.msg, dst)) {
+    if (a->zc == TW_ZC_NEVER || (a->zc == TW_ZC_SMALL && a->len > TW_COLL_DIRECT_MAX) ||
+        a->len <= tw_msg_eager_max(coll->p.msg, dst) || !tw_msg_coll_detached(coll->p.msg, dst)) {
         return tw_coll_send(coll, dst, tag, a->a, a->len);
     }
     st = tw_msg_coll_send(coll->p.msg, dst, tag, a->a, a->len, g->cq, a);

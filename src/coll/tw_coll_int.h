@@ -102,6 +102,21 @@ enum {
     TW_CSHM_BCAST      /* dst from peer, len bytes */
 };
 
+/* Whether a send may go from the operation's buffer (tw_exec_send). */
+typedef enum tw_coll_zc {
+    TW_ZC_NEVER,  /* copied when large: the operation never waits for it */
+    TW_ZC_ALWAYS, /* an exchange: its step waits for the partner's payload anyway */
+    /* A tree's send, which nothing else waits for: from the buffer up to
+     * TW_COLL_DIRECT_MAX bytes, which the sockets take at once; a larger
+     * one would hold the sender until its receiver read most of it, where
+     * a copy lets it return (the progress thread sends the rest). */
+    TW_ZC_SMALL,
+} tw_coll_zc_t;
+
+/* TW_ZC_SMALL's bound (2 emulated nodes, bcast and reduce of 1 MiB: the
+ * wait cost more than the copy; of 512 KiB and less, the copy did). */
+#define TW_COLL_DIRECT_MAX (512u * 1024u)
+
 typedef struct tw_coll_act {
     uint8_t kind;
     uint8_t step;
@@ -109,7 +124,7 @@ typedef struct tw_coll_act {
     uint64_t sn; /* TW_ACT_SHM: its number among the group's shm steps (from 1) */
     bool posted; /* RECV, SEND from the buffer: handed to msg */
     bool done;   /* RECV: completed (or taken back); SEND: out of the buffer */
-    bool zc;     /* SEND: may go from the buffer, a WAIT on it follows */
+    uint8_t zc;  /* SEND: may go from the buffer (tw_coll_zc_t), a WAIT on it follows */
     int peer;    /* group rank */
     unsigned wait;
     void *dst;

@@ -108,6 +108,25 @@ static void tw_sched_recv_wait(tw_sched_t *s, int peer, unsigned step, void *buf
     tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = i});
 }
 
+/* A send that may go from @p buf (tw_exec_send, @p zc): the schedule
+ * waits for it (tw_sched_wait) before it writes @p buf or ends. Returns
+ * its index. */
+static unsigned tw_sched_send_zc(tw_sched_t *s, int peer, unsigned step, const void *buf,
+                                 size_t len, tw_coll_zc_t zc)
+{
+    return tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_SEND,
+                                           .step = (uint8_t)step,
+                                           .peer = peer,
+                                           .a = buf,
+                                           .len = len,
+                                           .zc = (uint8_t)zc});
+}
+
+static void tw_sched_wait(tw_sched_t *s, unsigned i)
+{
+    tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = i});
+}
+
 /* Exchange with @p peer: the receive is posted before the send, so the
  * partner's payload, sent at the same time, lands in @p rbuf (over tcp,
  * read from the socket straight into it) rather than being staged as
@@ -118,14 +137,9 @@ static void tw_sched_sendrecv(tw_sched_t *s, int peer, unsigned step, const void
     unsigned i = tw_sched_add(
         s, (tw_coll_act_t){
                .kind = TW_ACT_RECV, .step = (uint8_t)step, .peer = peer, .dst = rbuf, .len = rlen});
-    unsigned j = tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_SEND,
-                                                 .step = (uint8_t)step,
-                                                 .peer = peer,
-                                                 .a = sbuf,
-                                                 .len = slen,
-                                                 .zc = true});
-    tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = i});
-    tw_sched_add(s, (tw_coll_act_t){.kind = TW_ACT_WAIT, .wait = j});
+    unsigned j = tw_sched_send_zc(s, peer, step, sbuf, slen, TW_ZC_ALWAYS);
+    tw_sched_wait(s, i);
+    tw_sched_wait(s, j);
 }
 
 /* dst = a (+) b over @p n elements. */
@@ -208,7 +222,8 @@ static void tw_sched_dissemination(tw_sched_t *s, const int *parts, int np, int 
 static void tw_sched_bcast_tree(tw_sched_t *s, const int *parts, int np, int pos, int rootpos,
                                 void *buf, size_t len, unsigned step)
 {
-    int vr = (pos - rootpos + np) % np, mask = 1;
+    int vr = (pos - rootpos + np) % np, mask = 1, nsent = 0;
+    unsigned sent[32];
 
     while (mask < np) {
         if (vr & mask) {
@@ -219,8 +234,12 @@ static void tw_sched_bcast_tree(tw_sched_t *s, const int *parts, int np, int pos
     }
     for (mask >>= 1; mask > 0; mask >>= 1) {
         if (vr + mask < np) {
-            tw_sched_send(s, parts[(vr + mask + rootpos) % np], step, buf, len);
+            sent[nsent++] =
+                tw_sched_send_zc(s, parts[(vr + mask + rootpos) % np], step, buf, len, TW_ZC_SMALL);
         }
+    }
+    while (nsent > 0) {
+        tw_sched_wait(s, sent[--nsent]);
     }
 }
 
@@ -232,7 +251,8 @@ static void tw_sched_reduce_tree(tw_sched_t *s, const int *parts, int np, int po
 
     for (int mask = 1; mask < np; mask <<= 1) {
         if (vr & mask) {
-            tw_sched_send(s, parts[(vr - mask + rootpos) % np], step, acc, bytes);
+            tw_sched_wait(s, tw_sched_send_zc(s, parts[(vr - mask + rootpos) % np], step, acc,
+                                              bytes, TW_ZC_SMALL));
             break;
         }
         if (vr + mask < np) {
