@@ -18,6 +18,7 @@
 #   tools/perf-coll.sh [BUILD_DIR]       (default build/release)
 #   REPS=N  SECTIONS="pin over threads overlap cluster" (default: all)
 #   CLUSTER_BIND=node|none (cluster: default node)
+#   CLUSTER_CC=host|NAME (cluster: the nodes' TCP congestion control)
 # Sections:
 #   pin      2 processes bound one per core (twrun --bind core, mpirun
 #            --bind-to core): barrier; bcast and allreduce at 8 B, 64 B,
@@ -46,7 +47,9 @@
 #            --launcher mpirun: each node a network namespace with its own
 #            address, the job started by a real mpirun), 2 ranks (one per
 #            node) and 4 (two per node), each node's ranks bound to a core
-#            of their own (CLUSTER_BIND=node, below; none: unbound).
+#            of their own (CLUSTER_BIND=node, below; none: unbound),
+#            their TCP congestion control the host's (CLUSTER_CC=host)
+#            or the one named, for both libraries (below).
 #            Open MPI tuned over ob1 with the tcp BTL between the
 #            nodes and vader within one (with 4 ranks yielding when idle,
 #            as over's oversubscribed mapping makes it); threadwire
@@ -128,12 +131,28 @@ record() {
 # leaves them to the kernel, which may place ranks of both nodes on one
 # core and keep them there for a whole run (their waits sleep, so the
 # load balancer sees no imbalance): a bimodal figure.
+# CLUSTER_CC=NAME sets net.ipv4.tcp_congestion_control in every node's
+# namespace before the rank starts (so for every connection of both
+# libraries; host: the host's, which a new namespace inherits). It
+# matters: bbr caps what is in flight at about two of the round trips it
+# measured idle, and these nodes' round trips grow many times over while
+# their one core is busy, so large transfers between busy nodes slow
+# (tw allreduce 1 MiB 607 us under bbr, 329 under reno, Open MPI's 390
+# under bbr; the tcp transport's own TW_TCP_CONGESTION sets threadwire's
+# alone).
 cluster_bind=${CLUSTER_BIND:-node}
 case $cluster_bind in node | none) ;; *) echo "perf-coll: CLUSTER_BIND=node|none" >&2; exit 2 ;; esac
-cat >"$tmp/nodecpu" <<'EOS'
+cluster_cc=${CLUSTER_CC:-host}
+if [ "$cluster_cc" != host ] && ! grep -qw -- "$cluster_cc" /proc/sys/net/ipv4/tcp_available_congestion_control; then
+  echo "perf-coll: CLUSTER_CC=$cluster_cc is not in $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)" >&2
+  exit 2
+fi
+cat >"$tmp/nodecpu" <<EOS
 #!/bin/sh
-k=$(hostname)
-exec taskset -c $(((${k#n} - 1) % $(nproc))) "$@"
+[ "$cluster_cc" = host ] || sysctl -qw net.ipv4.tcp_congestion_control=$cluster_cc || exit 1
+[ "$cluster_bind" = none ] && exec "\$@"
+k=\$(hostname)
+exec taskset -c \$(((\${k#n} - 1) % \$(nproc))) "\$@"
 EOS
 chmod +x "$tmp/nodecpu"
 cluster() {
@@ -141,7 +160,7 @@ cluster() {
   shift
   while [ "$1" != -- ]; do pre+=("$1"); shift; done
   shift
-  [ "$cluster_bind" = none ] || set -- "$tmp/nodecpu" "$@"
+  set -- "$tmp/nodecpu" "$@"
   hiprio tests/cluster/run-cluster.sh --launcher mpirun --nodes 2 --np "$n" --timeout 120 \
     "${pre[@]}" -- "$@" 2>"$log"
 }
@@ -230,6 +249,14 @@ sz() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; el
   printf "%d KiB", b / 1024; else printf "%d B", b }'; }
 # The columns of the table being printed: impls (cluster: but sm).
 cols=("${impls[@]}")
+# The congestion control the emulated nodes ran.
+cluster_cc_name() {
+  if [ "$cluster_cc" = host ]; then
+    echo "$(cat /proc/sys/net/ipv4/tcp_congestion_control) (the host's)"
+  else
+    echo "$cluster_cc (CLUSTER_CC)"
+  fi
+}
 header() {
   echo
   echo "== $1"
@@ -289,7 +316,7 @@ for sec in $sections; do
     cluster)
       cols=()
       for i in "${impls[@]}"; do [ "$i" = sm ] || cols+=("$i"); done
-      header "2 emulated nodes (network namespaces, mpirun): 1 rank per node"
+      header "2 emulated nodes (network namespaces, mpirun): 1 rank per node, congestion control $(cluster_cc_name)"
       lat_rows cluster2
       header "2 emulated nodes (network namespaces, mpirun): 2 ranks per node"
       lat_rows cluster4 ;;

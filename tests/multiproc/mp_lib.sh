@@ -1,13 +1,26 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Copyright (c) 2026 The threadwire authors
 #
-# Shared by peer_kill_test.sh and twrun_kill_test.sh (sourced, bash). The
-# ranks (tw_mp_rank) leave in their state directory DIR: rankR.pid,
-# rankR.boot, rankR.shm (/dev/shm files they mapped) and job.prefix.
+# Shared by the multiproc scripts (sourced, bash). The ranks (tw_mp_rank)
+# leave in their state directory DIR: rankR.pid, rankR.boot, rankR.shm
+# (/dev/shm files they mapped) and job.prefix.
 
 fail() {
   echo "FAIL: $*"
   exit 1
+}
+
+# A job CMD that VAR=VALUE must make fail, saying why in a line that
+# matches PATTERN (grep basic regex); prints that line.
+expect_refused() { # VAR=VALUE PATTERN CMD...
+  local setting=$1 pattern=$2 out
+  shift 2
+  if out=$(env "$setting" "$@" 2>&1); then
+    echo "$out"
+    fail "$setting was accepted"
+  fi
+  grep -q -- "$pattern" <<<"$out" || { echo "$out"; fail "no clear error for $setting"; }
+  echo "$setting refused: $(grep -m1 -- "$pattern" <<<"$out")"
 }
 
 # tw-* names in /dev/shm, one a line, sorted.

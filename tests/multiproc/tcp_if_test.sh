@@ -11,14 +11,11 @@ set -eu
 twrun=$1 prog=$2
 PATH=$PATH:/usr/sbin:/sbin
 export TW_TRANSPORTS=tcp
+. "$(dirname "$0")/mp_lib.sh"
 
 # A name that matches nothing: tw_init fails and says why.
-if out=$(TW_TCP_IF=nosuch0 "$twrun" -n 2 "$prog" -t 1 -m 1 2>&1); then
-  echo "$out"; echo "FAIL: TW_TCP_IF=nosuch0 was accepted"; exit 1
-fi
-grep -q "TW_TCP_IF='nosuch0' matches no interface" <<<"$out" ||
-  { echo "$out"; echo "FAIL: no clear error for TW_TCP_IF=nosuch0"; exit 1; }
-echo "TW_TCP_IF=nosuch0 refused: $(grep -m1 "matches no interface" <<<"$out")"
+expect_refused TW_TCP_IF=nosuch0 "TW_TCP_IF='nosuch0' matches no interface" \
+  "$twrun" -n 2 "$prog" -t 1 -m 1
 
 command -v ip >/dev/null || { echo "SKIP: ip is not installed (apt-get install iproute2)"; exit 77; }
 # First interface other than lo with an IPv4 or global IPv6 address.
@@ -30,6 +27,6 @@ fi
 grep -q "listening on \[\?$addr\]\?:" <<<"$out" ||
   { echo "$out" | grep -i tcp; echo "FAIL: no lane listened on $addr ($ifname)"; exit 1; }
 if grep -q "listening on 127.0.0.1" <<<"$out"; then
-  echo "FAIL: listened on loopback although TW_TCP_IF=$ifname"; exit 1
+  fail "listened on loopback although TW_TCP_IF=$ifname"
 fi
 echo "TW_TCP_IF=$ifname: all-to-all passed, lanes listened on $addr"

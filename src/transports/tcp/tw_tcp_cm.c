@@ -40,12 +40,57 @@
 #include "core/tw_time.h"
 #include "transports/tcp/tw_tcp_int.h"
 
-/* Socket options every connection gets: no Nagle, and the liveness bound. */
+/* TW_TCP_CONGESTION on @p fd. */
+static int tw_tcp_set_congestion(int fd, const char *name)
+{
+    return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name));
+}
+
+/* Whether this host lets us use congestion control @p name: tried on a
+ * socket of our own, so a name it lacks fails tw_init with the list it
+ * has, not every connection later. */
+tw_status_t tw_tcp_check_congestion(const char *name)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char have[256] = "?";
+
+    if (fd < 0) {
+        fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    }
+    if (fd < 0) {
+        tw_error("tcp", "TW_TCP_CONGESTION=%s: cannot open a socket to try it: %m", name);
+        return TW_ERR_INVALID;
+    }
+    if (tw_tcp_set_congestion(fd, name) == 0) {
+        close(fd);
+        return TW_OK;
+    }
+    int err = errno;
+    close(fd);
+    FILE *f = fopen("/proc/sys/net/ipv4/tcp_allowed_congestion_control", "r");
+    if (f != NULL) {
+        if (fgets(have, sizeof(have), f) != NULL) {
+            have[strcspn(have, "\n")] = '\0';
+        }
+        fclose(f);
+    }
+    tw_error("tcp",
+             "TW_TCP_CONGESTION=%s: %s (this host allows: %s; "
+             "net.ipv4.tcp_allowed_congestion_control)",
+             name, strerror(err), have);
+    return TW_ERR_INVALID;
+}
+
+/* Socket options every connection gets: no Nagle, TW_TCP_CONGESTION, and
+ * the liveness bound. */
 static void tw_tcp_sockopts(const tw_tcp_iface_t *tcp, int fd)
 {
     int one = 1;
 
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (tcp->cfg.congestion[0] != '\0' && tw_tcp_set_congestion(fd, tcp->cfg.congestion) != 0) {
+        tw_debug("tcp", "TCP_CONGESTION %s: %m", tcp->cfg.congestion); /* allowed at open */
+    }
     if (tcp->cfg.timeout_ns > 0) {
         unsigned ms = (unsigned)(tcp->cfg.timeout_ns / 1000000u);
         int probe_s = (int)(tcp->cfg.timeout_ns / 3000000000ull);

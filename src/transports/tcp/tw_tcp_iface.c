@@ -65,6 +65,15 @@ static const tw_cfg_entry_t tw_tcp_cfg_entries[] = {
      .offset = offsetof(tw_tcp_cfg_t, rndv_thresh),
      .min = 0,
      .max = TW_TCP_MAX_LEN},
+    {.name = "TW_TCP_CONGESTION",
+     .type = TW_CFG_STRING,
+     .defval = "",
+     .help = "tcp transport: the congestion control of every connection (TCP_CONGESTION, e.g. "
+             "cubic, reno); empty = the host's (net.ipv4.tcp_congestion_control). bbr keeps "
+             "about two round trips of data in flight, which between busy hosts close by (a "
+             "short idle round trip, a long busy one) slows large transfers; tw_init fails if "
+             "this host does not allow the one named",
+     .offset = offsetof(tw_tcp_cfg_t, congestion)},
 };
 
 const tw_cfg_table_t tw_tcp_cfg_table = {
@@ -170,7 +179,8 @@ static tw_status_t tw_tcp_iface_open(const tw_tl_params_t *params, tw_tl_iface_t
         return st;
     }
     tw_cfg_set_defaults(&tw_tcp_cfg_table, &tcp->cfg);
-    if (tw_cfg_apply_env(&tw_tcp_cfg_table, &tcp->cfg) != TW_OK) {
+    if (tw_cfg_apply_env(&tw_tcp_cfg_table, &tcp->cfg) != TW_OK ||
+        (tcp->cfg.congestion[0] != '\0' && tw_tcp_check_congestion(tcp->cfg.congestion) != TW_OK)) {
         st = TW_ERR_INVALID;
         goto err;
     }

@@ -48,7 +48,8 @@ typedef struct tw_tcp_cfg {
     char af[TW_CFG_STRLEN];
     uint64_t timeout_ns;
     int threads;
-    size_t rndv_thresh; /* am_zcopy payloads from this size on: RTS */
+    size_t rndv_thresh;             /* am_zcopy payloads from this size on: RTS */
+    char congestion[TW_CFG_STRLEN]; /* TCP_CONGESTION of every connection; "": the host's */
 } tw_tcp_cfg_t;
 
 typedef struct tw_tcp_rsend tw_tcp_rsend_t;
@@ -244,6 +245,7 @@ bool tw_tcp_hs_write(tw_tcp_conn_t *c);
 bool tw_tcp_conn_handshake(tw_tcp_conn_t *c);
 void tw_tcp_want_out(tw_tcp_conn_t *c, bool on);
 void tw_tcp_on_accept(evutil_socket_t fd, short what, void *arg);
+tw_status_t tw_tcp_check_congestion(const char *name);
 
 /* ---- tw_tcp_rx.c: receiving ---- */
 
