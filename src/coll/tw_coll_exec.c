@@ -108,6 +108,7 @@ static tw_status_t tw_exec_send(tw_coll_op_t *op, tw_coll_act_t *a)
 
     a->done = true;
     if (a->zc == TW_ZC_NEVER || (a->zc == TW_ZC_SMALL && a->len > TW_COLL_DIRECT_MAX) ||
+        (a->zc == TW_ZC_BCAST && a->len > TW_COLL_DIRECT_BCAST_MAX) ||
         a->len <= tw_msg_eager_max(coll->p.msg, dst) || !tw_msg_coll_detached(coll->p.msg, dst)) {
         return tw_coll_send(coll, dst, tag, a->a, a->len);
     }

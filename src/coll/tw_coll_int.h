@@ -111,11 +111,17 @@ typedef enum tw_coll_zc {
      * one would hold the sender until its receiver read most of it, where
      * a copy lets it return (the progress thread sends the rest). */
     TW_ZC_SMALL,
+    TW_ZC_BCAST, /* a bcast tree's: the same up to TW_COLL_DIRECT_BCAST_MAX */
 } tw_coll_zc_t;
 
-/* TW_ZC_SMALL's bound (2 emulated nodes, bcast and reduce of 1 MiB: the
- * wait cost more than the copy; of 512 KiB and less, the copy did). */
+/* TW_ZC_SMALL's bound (2 emulated nodes, reduce of 1 MiB: the wait cost
+ * more than the copy, 422 us against 267; of 512 KiB and less, the copy
+ * did). */
 #define TW_COLL_DIRECT_MAX (512u * 1024u)
+/* TW_ZC_BCAST's: a bcast of 1 MiB from the buffer took 150 us against 234
+ * copied under cubic, 399 against 442 under bbr; of 2 and 4 MiB, 1.3-1.4x
+ * the copy's time under bbr. */
+#define TW_COLL_DIRECT_BCAST_MAX (1024u * 1024u)
 
 typedef struct tw_coll_act {
     uint8_t kind;

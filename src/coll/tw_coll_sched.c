@@ -235,7 +235,7 @@ static void tw_sched_bcast_tree(tw_sched_t *s, const int *parts, int np, int pos
     for (mask >>= 1; mask > 0; mask >>= 1) {
         if (vr + mask < np) {
             sent[nsent++] =
-                tw_sched_send_zc(s, parts[(vr + mask + rootpos) % np], step, buf, len, TW_ZC_SMALL);
+                tw_sched_send_zc(s, parts[(vr + mask + rootpos) % np], step, buf, len, TW_ZC_BCAST);
         }
     }
     while (nsent > 0) {
