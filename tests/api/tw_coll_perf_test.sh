@@ -3,7 +3,8 @@
 # Copyright (c) 2026 The threadwire authors
 # tw_coll_perf, small and quick: every collective over 2 ranks under twrun
 # for a few iterations (a sweep of 8 B .. 1 KiB, one barrier row), -t 2
-# (a group per thread), iallreduce with probes (overlap columns), a job of
+# (a group per thread), iallreduce with probes (overlap columns) and with
+# a fixed computation (-C), a job of
 # one; each output line well-formed (coll_bench.h's format: 14
 # comma-separated fields, numeric but for the two '-' of blocking rows,
 # whose whole iteration takes at least the collective's time),
@@ -64,13 +65,17 @@ run 2 -c allreduce -m 8:64 -t 2 "${it[@]}"
 check allreduce 4 2 2
 run 2 -c iallreduce -m 8:64k -P 2 -i 5 -x 1
 check iallreduce 14 1 2
+# -C: a fixed computation, the COMPUTE_US column at least that long.
+run 2 -c iallreduce -m 8:64 -P 2 -C 300 -i 5 -x 1
+check iallreduce 4 1 2
+awk -F, '/^coll,/ && $13 < 299.9 { exit 1 }' <<<"$out" || { echo "$out"; fail "-C 300: less computed"; }
 run 1 -c allreduce -m 8:16k "${it[@]}"
 check allreduce 12 1 1
 run 1 -c bcast -m 1:4 "${it[@]}"
 check bcast 3 1 1
 
 # Usage errors exit 2 and say so; -h documents every option.
-for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-S -1" "-S 60001" "-P" "-q" \
+for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-S -1" "-S 60001" "-P" "-C 0" "-C x" "-q" \
   "stray"; do
   rc=0
   # shellcheck disable=SC2086 # split the option from its value
@@ -79,7 +84,7 @@ for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-S -1" "-S 6000
   grep -q '^tw_coll_perf: ' <<<"$msg" || fail "tw_coll_perf $bad: no message: $msg"
 done
 out=$("$perf" -h)
-for o in -c -m -i -x -S -t -P barrier bcast reduce allreduce iallreduce OVERLAP_PCT; do
+for o in -c -m -i -x -S -t -P -C barrier bcast reduce allreduce iallreduce OVERLAP_PCT; do
   grep -q -- "$o" <<<"$out" || fail "-h does not document $o"
 done
 echo "tw_coll_perf: ok"

@@ -26,7 +26,9 @@
  *   overlap is 100 - (overall - compute) / pure * 100, at least 0. -P N
  *   splits the computation in N pieces, each followed by a test
  *   (MPI_Test / tw_cq_poll), whose time is taken out of the computation's
- *   as OSU's -t does.
+ *   as OSU's -t does. -C US computes US microseconds instead, the same
+ *   for both libraries, so that their OVERALL_US compare at equal work
+ *   (the overlap is still figured against each one's pure collective).
  * Unlike OSU, the buffers are checked after each size (the last result),
  * and -t T runs T threads per process, each on its own communicator or
  * group; the threads of a process start each size together.
@@ -84,7 +86,8 @@ typedef struct cb_opts {
     long iters, warmup; /* -1: by size, as OSU */
     long settle_ms;     /* barriers for this long before the first size */
     int threads;
-    int probes; /* tests during an iallreduce's computation */
+    int probes;      /* tests during an iallreduce's computation */
+    long compute_us; /* iallreduce: compute this long (0: the pure collective's time) */
 } cb_opts_t;
 
 /* A backend. Every call but allreduce_d runs on a benchmark thread with
@@ -135,6 +138,10 @@ static void cb_usage(FILE *out, const char *prog, const char *launch)
             "               group; RATE_KOPS sums them (default 1)\n"
             "  -P PROBES    iallreduce: split the computation in PROBES pieces, each\n"
             "               followed by a test of the request (default 0, as OSU)\n"
+            "  -C US        iallreduce: compute US microseconds, the same for every\n"
+            "               library, instead of as long as the pure collective took\n"
+            "               (OSU's way, the default): OVERALL_US then compares\n"
+            "               libraries at equal work\n"
             "  -h           this text\n"
             "\n"
             "Output: '#' comment lines, then one line per size:\n"
@@ -225,6 +232,8 @@ static int cb_parse_opt(cb_opts_t *o, int opt, char *arg)
         }
         o->threads = (int)v;
         return 0;
+    case 'C':
+        return cb_parse_long(arg, 1, 10000000, &o->compute_us) ? 0 : -1;
     case 'P':
         if (!cb_parse_long(arg, 0, 1000000, &v)) {
             return -1;
@@ -249,7 +258,7 @@ static int cb_parse(cb_opts_t *o, int argc, char **argv, const char *prog, const
                      .settle_ms = 200,
                      .threads = 1};
     opterr = 0;
-    while ((opt = getopt(argc, argv, ":c:m:i:x:S:t:P:h")) != -1) {
+    while ((opt = getopt(argc, argv, ":c:m:i:x:S:t:P:C:h")) != -1) {
         if (opt == 'h') {
             cb_usage(stdout, prog, launch);
             return 0;
@@ -455,7 +464,8 @@ static void cb_loop_nb(cb_thread_t *t, size_t bytes, long iters, long warmup)
             cb_fail(ops, "iallreduce");
         }
         double tc = cb_now_us();
-        tt = cb_compute_probing(t, t->lat_us, &done);
+        tt = cb_compute_probing(
+            t, t->sh->o->compute_us > 0 ? (double)t->sh->o->compute_us : t->lat_us, &done);
         tc = cb_now_us() - tc;
         if (ops->iwait(t->h) != 0) {
             cb_fail(ops, "iallreduce wait");
