@@ -137,8 +137,11 @@ restart:;
         } else if (s->due_ns <= now) {
             /* Never to ourselves: that path is in-process, only ever
              * slow (our own engine starved), and failing it would fail
-             * this very rank. */
-            if (peer != rel->rank && s->sent_ns != 0 && s->tries >= TW_REL_MIN_TRIES &&
+             * this very rank. Never for a fresh fragment: its path is
+             * not the current one (failed back from, or lost already:
+             * then the call changes nothing and the pass would restart
+             * for ever); it goes on the current path, tries afresh. */
+            if (peer != rel->rank && !fresh && s->tries >= TW_REL_MIN_TRIES &&
                 tw_rel_since(now, TW_MAX(s->first_ns, p->progress_ns)) >=
                     rel->cfg.path_timeout_ns) {
                 tw_rel_path_lost(rel, p, peer, s->path, false, "retransmissions unanswered", now,

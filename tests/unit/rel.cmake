@@ -11,7 +11,7 @@ tw_add_case_tests(NAME rel SOURCES ${_tw_rel_srcs} LABELS unit INTERNAL TIMEOUT 
                   CASES basic first_frag last_frag ack_lost nack_lost dup_done dup_held crc_short
                         crc_long far_stale left_then_closed left_then_due leaving_bye_lost closed_before_bye
                         closed_then_ack
-                        reenter wrap corrupt failover fornow fornow_refused
+                        reenter wrap corrupt failover failback_due fornow fornow_refused
                         fornow_forgood refusing refusing_only nopath keepalive early_stamp
                         pause)
 target_link_libraries(test_rel PRIVATE tw_fake_tl)
@@ -26,7 +26,7 @@ set(_tw_rel_expected
   "rel. warn: path fake to rank [0-9]+ is healthy again: failing back$"
   "rel. error: rank [0-9]+ failed: (retransmissions unanswered|it refused every frame|silent for [0-9]+ ms .keepalive [0-9]+ ms x [0-9]+.). its operations complete with TW_ERR_PEER_FAILED$")
 tw_expect_log(rel:far_stale PATTERNS ${_tw_rel_expected})
-foreach(_c failover fornow fornow_refused fornow_forgood refusing refusing_only nopath keepalive pause early_stamp wrap
+foreach(_c failover failback_due fornow fornow_refused fornow_forgood refusing refusing_only nopath keepalive pause early_stamp wrap
            corrupt)
   tw_expect_log(rel:${_c} PATTERNS ${_tw_rel_expected})
 endforeach()

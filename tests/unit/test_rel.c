@@ -54,6 +54,10 @@
  *   failover        path 0 goes dark mid-stream: traffic moves to path 1
  *                   within the path timeout, exactly once; path 0 heals:
  *                   probes bring the traffic back (fail-back);
+ *   failback_due    (regression) path 0 comes back while a fragment is
+ *                   retransmitted on path 1, near its path timeout: at
+ *                   its next timeout it goes out on path 0 (the timer
+ *                   pass looped for ever on it);
  *   fornow          path 0's transport reports the peer down for now
  *                   (TW_ERR_TRANSPORT) and refuses sends: traffic moves to
  *                   path 1 at once; probes are refused, so no fail-back
@@ -104,6 +108,7 @@ static const twt_case_t cases[] = {
     {"wrap", case_wrap},
     {"corrupt", case_corrupt},
     {"failover", case_failover},
+    {"failback_due", case_failback_due},
     {"fornow", case_fornow},
     {"fornow_refused", case_fornow_refused},
     {"fornow_forgood", case_fornow_forgood},

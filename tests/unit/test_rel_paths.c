@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (c) 2026 The threadwire authors */
 /* test_rel's cases of streams, paths and time (test_rel.c lists them). */
+#include <signal.h>
+#include <unistd.h>
+
 #include "test_rel_rig.h"
 
 /* Timeouts short enough for streams and path failures to play out fast;
@@ -172,6 +175,62 @@ static void stream_small(int n)
     rig.want_delivered = rig.next_out[0];
     TWT_CHECK(pump(2000, all_delivered));
     TWT_EQ(rig.sides[1].bad, 0u);
+}
+
+static void livelock_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "FAIL: the timer pass never returned (a livelock)\n";
+    (void)!write(2, msg, sizeof(msg) - 1);
+    _exit(1);
+}
+
+/* A fragment retransmitted on path 1 until its path timeout is near, when
+ * path 0 comes back first (fail-back): at its next timeout it is fresh
+ * (not sent on the current path) and goes out on path 0. It does not
+ * fail path 1, which carried it but no longer carries the traffic: that
+ * "loss" would change nothing, and the timer pass looped on it for ever
+ * (a CI hang in finalize: the engine held the peer's lock). */
+void case_failback_due(void)
+{
+    tw_rel_cfg_t cfg = test_cfg();
+
+    case_begin("a fragment due on the path failed back from");
+    cfg.rto_ns = cfg.rto_max_ns = 20000000; /* 20 ms each time: tries are countable */
+    cfg.path_timeout_ns = 200000000;        /* lost at the 10th timeout */
+    cfg.probe_ns = 2000000;
+    cfg.probes = 1;
+    rig_open(&cfg, 2);
+    stream_small(5);
+    /* path 0 dark: after its path timeout, traffic on path 1 */
+    path_dark(0, true);
+    stream_small(5);
+    TWT_CHECK(pump(5, NULL)); /* and acknowledged */
+    TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 1u);
+    /* path 1 dark too; one message, sent and retransmitted on it 9 times */
+    path_dark(1, true);
+    uint64_t on1 = carried(1);
+    TWT_CHECK(send_msg(0, 1000) == TW_OK);
+    rig.want_delivered = rig.next_out[0];
+    while (carried(1) < on1 + 10) {
+        TWT_CHECK(!pump(1, all_delivered));
+    }
+    TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 1u);
+    TWT_EQ(rig.sides[0].downs + rig.sides[1].downs, 0);
+    /* path 0 heals: probed back within a few ms, before the 10th timeout */
+    path_dark(0, false);
+    signal(SIGALRM, livelock_alarm);
+    alarm(10);
+    TWT_CHECK(pump(100, all_delivered));
+    alarm(0);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_FAILBACKS), 1u);
+    TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 1u);
+    TWT_EQ(carried(1), on1 + 10);
+    TWT_EQ(rig.sides[0].downs + rig.sides[1].downs, 0);
+    TWT_EQ(rig.sides[1].bad, 0u);
+    stream_small(5);
+    TWT_EQ(carried(1), on1 + 10);
+    case_end();
 }
 
 /* A path down for now (TW_ERR_TRANSPORT, as verbs reports a port that went

@@ -138,6 +138,7 @@ void case_wrap(void);
 void case_corrupt(void);
 void case_b6(void);
 void case_failover(void);
+void case_failback_due(void);
 void case_fornow(void);
 void case_fornow_refused(void);
 void case_fornow_forgood(void);
