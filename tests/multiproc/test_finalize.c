@@ -17,6 +17,10 @@
  *   peer_left[_tcp]    rank 1 finalizes at once; rank 0 then posts to it and
  *                      for it: each operation ends PEER_FAILED or CANCELED,
  *                      none hangs, and rank 0's finalize is bounded too.
+ *   peer_left_manual   the same over tcp in manual mode: rank 0 has not read
+ *                      rank 1's FIN when its sends are written (at once,
+ *                      by the caller), and the second meets the reset:
+ *                      still a departure, not a failure (no error line).
  *   posters[_manual]   eight threads post sends and receives to themselves
  *                      and to the peer in a loop, and wait on their CQs,
  *                      while the main thread finalizes: every post either
@@ -205,6 +209,7 @@ static void run_peer_left(void)
     st = tw_send(ctx, 1, TAG_UNSEEN, &small, sizeof(small), cq, &small);
     TW_MP_CHECK(st == TW_OK || st == TW_ERR_PEER_FAILED, "eager send: %d", st);
     posted += st == TW_OK;
+    usleep(1000); /* not a burst: each goes out alone (peer_left_manual: the reset) */
     st = tw_send(ctx, 1, TAG_UNSEEN + 1, g_big, BIG_LEN, cq, g_big);
     TW_MP_CHECK(st == TW_OK || st == TW_ERR_PEER_FAILED, "large send: %d", st);
     posted += st == TW_OK;
@@ -380,6 +385,7 @@ CASE(outstanding, run_outstanding, "shm", false)
 CASE(outstanding_tcp, run_outstanding, "tcp", false)
 CASE(peer_left, run_peer_left, "shm", false)
 CASE(peer_left_tcp, run_peer_left, "tcp", false)
+CASE(peer_left_manual, run_peer_left, "tcp", true)
 CASE(posters, run_posters, "shm", false)
 CASE(posters_manual, run_posters, "tcp", true)
 
@@ -399,11 +405,15 @@ static void case_coll_unread_tcp(void)
 
 int main(int argc, char **argv)
 {
-    static const twt_case_t cases[] = {
-        {"outstanding", case_outstanding}, {"outstanding_tcp", case_outstanding_tcp},
-        {"peer_left", case_peer_left},     {"peer_left_tcp", case_peer_left_tcp},
-        {"posters", case_posters},         {"posters_manual", case_posters_manual},
-        {"coll_unread", case_coll_unread}, {"coll_unread_tcp", case_coll_unread_tcp}};
+    static const twt_case_t cases[] = {{"outstanding", case_outstanding},
+                                       {"outstanding_tcp", case_outstanding_tcp},
+                                       {"peer_left", case_peer_left},
+                                       {"peer_left_tcp", case_peer_left_tcp},
+                                       {"peer_left_manual", case_peer_left_manual},
+                                       {"posters", case_posters},
+                                       {"posters_manual", case_posters_manual},
+                                       {"coll_unread", case_coll_unread},
+                                       {"coll_unread_tcp", case_coll_unread_tcp}};
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     return twt_cases_main(argc, argv, cases, TWT_ARRAY_SIZE(cases));

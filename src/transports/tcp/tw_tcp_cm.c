@@ -432,6 +432,9 @@ void tw_tcp_conn_broken(tw_tcp_conn_t *c, int err)
     tw_tcp_iface_t *tcp = lane->tcp;
     int peer = c->peer;
 
+    if (err == 0 && c->wr_err != 0) {
+        err = c->wr_err; /* the reset our write met (tw_tcp_flush) */
+    }
     if (c->state == TW_TCP_CONNECTED) {
         bool left = tcp->eps[peer].left;
         tw_tcp_fail_peer(lane, peer, left ? TW_OK : TW_ERR_PEER_FAILED,

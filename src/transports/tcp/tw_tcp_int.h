@@ -137,6 +137,11 @@ typedef struct tw_tcp_conn {
     uint64_t hs_deadline;
     uint64_t last_rx, last_tx;
     bool want_out; /* waiting for room in the socket (EV_WRITE, engine epoll) */
+    /* The peer closed: the errno (EPIPE, ECONNRESET) of the write that
+     * found it, 0 before. No more writes; the read side, which may still
+     * hold its FIN, decides -- and reports this error where it finds an
+     * end without FIN (the write took the socket's error). */
+    int wr_err;
     struct event *ev_read, *ev_write;
     unsigned char *in; /* receive buffer */
     size_t in_len, in_cap;

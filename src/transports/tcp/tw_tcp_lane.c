@@ -35,6 +35,9 @@
  * TW_TCP_TIMEOUT, not the 2 s allowed to a rank with progress threads.
  *
  * Failure. A clean close writes a FIN frame: the peer then knows it left.
+ * A write that meets the peer's close (EPIPE, ECONNRESET) stops writing and
+ * leaves the verdict to the read side, which may still hold that FIN
+ * unread (a send written at once can come before the loop reads).
  * EOF without FIN, a reset, a socket error (including the user timeout),
  * silence past the timeout, or a bad frame fails the peer: its queued and
  * in-flight sends complete with TW_ERR_PEER_FAILED and the layer above is

@@ -146,7 +146,7 @@ void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
 {
     tw_tcp_conn_t *c = ep->conn;
 
-    if (c == NULL) {
+    if (c == NULL || c->wr_err != 0) {
         return;
     }
     if (c->hs_off < c->hs_len) { /* the PROVE goes first */
@@ -182,6 +182,19 @@ void tw_tcp_flush(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep)
             }
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 tw_tcp_want_out(c, true);
+                return;
+            }
+            if ((errno == EPIPE || errno == ECONNRESET) && c->state == TW_TCP_CONNECTED) {
+                /* The peer closed. Its FIN frame may still wait unread in
+                 * our socket -- a send written at once, by a worker or
+                 * the engine's owner, can come before the lane's loop
+                 * reads it -- and then it left, not failed: the loop
+                 * reads on (the socket stays readable: EOF or the reset)
+                 * and decides. Nothing more is written here. */
+                c->wr_err = errno;
+                if (c->want_out) {
+                    tw_tcp_want_out(c, false);
+                }
                 return;
             }
             tw_tcp_conn_broken(c, errno);
