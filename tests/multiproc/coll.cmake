@@ -75,6 +75,22 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
     LABELS multiproc TIMEOUT 120 ENVIRONMENT "${TW_TEST_ENV};${_env}")
 endforeach()
 
+# nonblocking_tcp_sends: a step's send that engine 0's owner posts (the
+# pass that runs nonblocking collectives, in manual mode the caller's
+# tw_progress) is written at once, not handed to the engine's submission
+# ring (which a worker spinning beside the engine's thread kept waiting
+# 400-900 us): at most one frame per peer is handed -- the first, sent
+# before its connection is up (tl:tcp's handed counter).
+add_test(NAME ${TW_TEST_PREFIX}coll_nonblocking_tcp_sends
+         COMMAND sh -c "out=$(\"$0\" -n 3 \"$1\" --mode nonblocking -t 1 -m 100 --max-stall 20 2>&1); \
+rc=$?; printf '%s\\n' \"$out\"; [ $rc -eq 0 ] && printf '%s\\n' \"$out\" | \"$2\" - \
+'all ifaces/tl:tcp/handed <= 2' 'all ifaces/tl:tcp/tx_msgs >= 20' 'all coll/sent >= 20'"
+                 $<TARGET_FILE:twrun> $<TARGET_FILE:test_coll>
+                 ${PROJECT_SOURCE_DIR}/tests/common/twt_stats.py)
+set_tests_properties(${TW_TEST_PREFIX}coll_nonblocking_tcp_sends PROPERTIES
+  LABELS multiproc TIMEOUT 120 ENVIRONMENT
+  "${TW_TEST_ENV};TW_TRANSPORTS=tcp;TW_PROGRESS_THREADS=0;TW_COLL_SLOTS=0;TW_COLL_RSAG=1;TW_STATS=json")
+
 # The node's ranks disagree about the segment (coll_node_test.sh): a rank
 # that cannot attach, a leader without one; and about TW_COLL_RSAG, which
 # must be the same job-wide (tw_init fails).

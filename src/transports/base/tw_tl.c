@@ -30,6 +30,7 @@ const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT] = {
     [TW_TL_STAT_AGAIN] = {"again", TW_STAT_COUNTER},
     [TW_TL_STAT_REFUSED] = {"refused", TW_STAT_COUNTER},
     [TW_TL_STAT_BAD_FRAMES] = {"bad_frames", TW_STAT_COUNTER},
+    [TW_TL_STAT_HANDED] = {"handed", TW_STAT_COUNTER},
 };
 
 const tw_tl_ops_t *tw_tl_find(const char *name)
@@ -355,6 +356,7 @@ tw_status_t tw_tl_submit(tw_tl_iface_t *iface, tw_pe_t *pe, void (*fn)(void *, v
         return st;
     }
     tw_stats_inc(iface->stats, TW_TL_STAT_TX_MSGS);
+    tw_stats_inc(iface->stats, TW_TL_STAT_HANDED);
     tw_stats_add(iface->stats, TW_TL_STAT_TX_BYTES, len);
     return TW_OK;
 }

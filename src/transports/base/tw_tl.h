@@ -266,6 +266,9 @@ enum {
     TW_TL_STAT_AGAIN,
     TW_TL_STAT_REFUSED,    /* connections that failed the handshake */
     TW_TL_STAT_BAD_FRAMES, /* malformed frames (the connection is closed) */
+    TW_TL_STAT_HANDED,     /* sends handed to an engine's thread (tw_tl_submit), not written
+                            * by their caller: all of self's and verbs', tcp's whose lane was
+                            * busy */
     TW_TL_STAT_COUNT
 };
 extern const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT];

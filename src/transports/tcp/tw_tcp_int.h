@@ -206,6 +206,11 @@ struct tw_tcp_lane {
      * of inline ids only, and leaves user AM handlers and peer_down to
      * the engine. Set and cleared by that worker; the engine sees false. */
     bool in_worker;
+    /* > 0 while the lane runs code that calls out of it (its progress
+     * pass, a direct send, a rendezvous pull): a send that its owner
+     * posts from there is queued, never written in the middle of a
+     * flush or a parse. Engine or try-lock holder. */
+    unsigned busy;
     unsigned nreparse; /* eps with reparse set; engine or try-lock holder */
     /* Eps with a peer_down to report: added by a try-lock holder (a
      * worker), reported by the engine. */

@@ -226,6 +226,7 @@ int tw_tcp_lane_progress(void *arg)
 
     tw_pe_assert_owner(lane->pe);
     lane->events = 0;
+    lane->busy++;
     if (!lane->in_worker && (lane->downs != NULL || lane->nreparse > 0)) {
         tw_tcp_worker_leftovers(lane);
     }
@@ -240,6 +241,7 @@ int tw_tcp_lane_progress(void *arg)
         }
         tw_tcp_flush_dirty(lane);
     }
+    lane->busy--;
     return lane->events;
 }
 
