@@ -27,8 +27,7 @@
 #include "core/tw_log.h"
 #include "reliability/tw_rel_int.h"
 
-/* Nothing but our goodbye waits for the peer's ack. Lock held. */
-static bool tw_rel_owes_only_bye(const tw_rel_peer_t *p) TW_REQUIRES(p->lock)
+bool tw_rel_owes_only_bye(const tw_rel_peer_t *p) TW_REQUIRES(p->lock)
 {
     if (p->q_head != NULL) {
         return false;

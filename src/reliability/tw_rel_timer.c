@@ -15,7 +15,8 @@
  * - keepalive: a peer silent for TW_REL_KEEPALIVE is pinged (it answers
  *   PONG from its engine); silent for TW_REL_KEEPALIVE * TW_REL_MISSES,
  *   with TW_REL_MISSES - 1 pings unanswered, it has failed, whatever its
- *   transports say (a stopped process's kernel still acks TCP);
+ *   transports say (a stopped process's kernel still acks TCP); not
+ *   while we leave owing it only our goodbye (that is the probe then);
  * - probes of failed paths, every TW_REL_PROBE (tw_rel_path.c).
  *
  * The clock is read only where a time must be exact: a round-trip
@@ -207,6 +208,14 @@ static bool tw_rel_keepalive(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t
             return false;
         }
         *next_p = TW_MIN(*next_p, TW_MAX(p->last_rx_ns, p->closing_ns) + rel->cfg.keepalive_ns);
+        return true;
+    }
+    if (atomic_load_explicit(&rel->leaving, memory_order_relaxed) && tw_rel_owes_only_bye(p)) {
+        /* We leave and owe it no more than our goodbye: no pings. They
+         * would go on every path, a standby one too -- a dial of a rank
+         * that may have left (over tcp a refused connect, an error line).
+         * The goodbye's retransmissions are the probe; unanswered for the
+         * path timeout, they end it quietly (tw_rel_path_lost). */
         return true;
     }
     /* Failed once silent that long with misses - 1 pings unanswered:

@@ -37,7 +37,9 @@
  *                   unacknowledged: when due they fail, quietly, and
  *                   nothing is sent again;
  *   leaving_bye_lost  (regression) we leave and our goodbye goes
- *                   unanswered: the path fails, no failover, quietly;
+ *                   unanswered: the path fails, no failover, no ping
+ *                   (the keepalive shorter than the path timeout),
+ *                   quietly;
  *   closed_before_bye  (regression) a peer closed a path cleanly before
  *                   its goodbye came: nothing more goes to it on any path,
  *                   and after a silent keepalive period what is left
