@@ -200,6 +200,8 @@ void case_failback_due(void)
     cfg.path_timeout_ns = 200000000;        /* lost at the 10th timeout */
     cfg.probe_ns = 2000000;
     cfg.probes = 1;
+    signal(SIGALRM, livelock_alarm);
+    alarm(10);
     rig_open(&cfg, 2);
     stream_small(5);
     /* path 0 dark: after its path timeout, traffic on path 1 */
@@ -212,17 +214,15 @@ void case_failback_due(void)
     uint64_t on1 = carried(1);
     TWT_CHECK(send_msg(0, 1000) == TW_OK);
     rig.want_delivered = rig.next_out[0];
-    while (carried(1) < on1 + 10) {
+    for (int ms = 0; carried(1) < on1 + 10; ms++) {
+        TWT_CHECK(ms < 300); /* 10 sends 20 ms apart */
         TWT_CHECK(!pump(1, all_delivered));
     }
     TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 1u);
     TWT_EQ(rig.sides[0].downs + rig.sides[1].downs, 0);
     /* path 0 heals: probed back within a few ms, before the 10th timeout */
     path_dark(0, false);
-    signal(SIGALRM, livelock_alarm);
-    alarm(10);
     TWT_CHECK(pump(100, all_delivered));
-    alarm(0);
     TWT_EQ(rel_stat(0, TW_REL_STAT_FAILBACKS), 1u);
     TWT_EQ(rel_stat(0, TW_REL_STAT_FAILOVERS), 1u);
     TWT_EQ(carried(1), on1 + 10);
@@ -230,6 +230,7 @@ void case_failback_due(void)
     TWT_EQ(rig.sides[1].bad, 0u);
     stream_small(5);
     TWT_EQ(carried(1), on1 + 10);
+    alarm(0);
     case_end();
 }
 
