@@ -81,8 +81,8 @@ tw_status_t tw_tcp_check_congestion(const char *name)
     return TW_ERR_INVALID;
 }
 
-/* Socket options every connection gets: no Nagle, TW_TCP_CONGESTION, and
- * the liveness bound. */
+/* Socket options every connection gets: no Nagle, TW_TCP_CONGESTION,
+ * TW_TCP_NOTSENT_LOWAT and the liveness bound. */
 static void tw_tcp_sockopts(const tw_tcp_iface_t *tcp, int fd)
 {
     int one = 1;
@@ -90,6 +90,12 @@ static void tw_tcp_sockopts(const tw_tcp_iface_t *tcp, int fd)
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (tcp->cfg.congestion[0] != '\0' && tw_tcp_set_congestion(fd, tcp->cfg.congestion) != 0) {
         tw_debug("tcp", "TCP_CONGESTION %s: %m", tcp->cfg.congestion); /* allowed at open */
+    }
+    if (tcp->cfg.notsent_lowat > 0) {
+        int lowat = (int)tcp->cfg.notsent_lowat;
+        if (setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat)) != 0) {
+            tw_debug("tcp", "TCP_NOTSENT_LOWAT %d: %m", lowat);
+        }
     }
     if (tcp->cfg.timeout_ns > 0) {
         unsigned ms = (unsigned)(tcp->cfg.timeout_ns / 1000000u);

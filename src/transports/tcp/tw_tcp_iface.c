@@ -74,6 +74,16 @@ static const tw_cfg_entry_t tw_tcp_cfg_entries[] = {
              "short idle round trip, a long busy one) slows large transfers; tw_init fails if "
              "this host does not allow the one named",
      .offset = offsetof(tw_tcp_cfg_t, congestion)},
+    {.name = "TW_TCP_NOTSENT_LOWAT",
+     .type = TW_CFG_SIZE,
+     .defval = "32k",
+     .help = "tcp transport: what a connection may hold unsent in the kernel (TCP_NOTSENT_LOWAT; "
+             "more waits in our queue); 0 = the host's (net.ipv4.tcp_notsent_lowat). A deep "
+             "unsent queue is sent from acknowledgements as they arrive; between emulated nodes "
+             "under bbr that came with spurious retransmissions and 30 % less bandwidth",
+     .offset = offsetof(tw_tcp_cfg_t, notsent_lowat),
+     .min = 0,
+     .max = 1u << 30},
 };
 
 const tw_cfg_table_t tw_tcp_cfg_table = {
