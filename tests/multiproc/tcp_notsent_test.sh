@@ -4,13 +4,16 @@
 #
 # TW_TCP_NOTSENT_LOWAT bounds what a connection holds unsent in the kernel.
 # In a private network namespace whose receive buffers are capped at 64 KiB
-# (and send buffers are 1 MiB from the start), rank 0 streams 32 KiB messages to rank 1 and rank 1 is stopped (SIGSTOP)
-# for a second; meanwhile ss samples the connections' unsent bytes. With
-# the option off (0) they must pass 256 KiB (the scenario does fill the
-# socket: otherwise the check below would prove nothing); with 16 KiB they
-# must stay within 16 KiB and one loopback segment (64 KiB). The stream
-# must still run when the stops are over (it is then stopped: it is sized
-# to outlast the check in any build). Skips (77) without root, unshare or ss.
+# (and send buffers are 1 MiB from the start), rank 0 streams 32 KiB
+# messages to rank 1 in windows of 1024, and rank 1 is stopped (SIGSTOP)
+# three times for 0.4 s; meanwhile ss samples the connections' unsent
+# bytes. With the option off (0) they must pass 256 KiB (the scenario does
+# fill the socket: otherwise the check below would prove nothing); with
+# 16 KiB they must stay within 16 KiB and one loopback segment (64 KiB).
+# The stream must still run when the stops are over (it is then stopped:
+# it is sized to outlast the check in any build). Skips (77) without root,
+# unshare or ss. The script runs itself again inside the namespace
+# (--inside TWRUN TW_PERF).
 #   tcp_notsent_test.sh TWRUN TW_PERF
 set -eu
 twrun=$1 perf=$2
