@@ -51,6 +51,7 @@ typedef struct tw_tcp_cfg {
     size_t rndv_thresh;             /* am_zcopy payloads from this size on: RTS */
     char congestion[TW_CFG_STRLEN]; /* TCP_CONGESTION of every connection; "": the host's */
     size_t notsent_lowat;           /* TCP_NOTSENT_LOWAT of every connection; 0: the host's */
+    int poll_max;                   /* a lane with at most this many peers waits with poll(2) */
 } tw_tcp_cfg_t;
 
 typedef struct tw_tcp_rsend tw_tcp_rsend_t;

@@ -22,6 +22,15 @@
  * which keeps an unused transport (shm carries node-local traffic) out of
  * the other transports' latency.
  *
+ * Waiting. A lane that may hold few connections (its job's ranks on it,
+ * other than us, at most TW_TCP_POLL_MAX) has libevent wait with poll(2),
+ * a larger one with epoll. On this project's test machine an epoll_wait
+ * that returns a socket costs about 0.8 us more than an empty one, a
+ * poll(2) over a few sockets 0.1 us more; 8 B across two emulated nodes
+ * went from 13.0 to 11.8 us (BENCHMARKS.md, "poll for few sockets"). An
+ * empty poll(2) costs more per socket (1.3 us for 1, 2.0 for 16, 3.5 for
+ * 32, where epoll stays near 1.1), and every pass pays it.
+ *
  * Liveness. TW_TCP_TIMEOUT (default 10 s; 0 = off) bounds how long a peer
  * may stay silent: the kernel aborts a connection whose sent data stays
  * unacknowledged that long (TCP_USER_TIMEOUT, which also covers a zero
@@ -331,6 +340,17 @@ static tw_status_t tw_tcp_listen(tw_tcp_lane_t *lane, int a)
     return TW_OK;
 }
 
+/* The ranks other than us whose connection would live on lane @p k. */
+static int tw_tcp_lane_peers(const tw_tcp_iface_t *tcp, int k)
+{
+    int n = 0;
+
+    for (int r = k; r < tcp->super.size; r += tcp->nlanes) {
+        n += r != tcp->super.rank;
+    }
+    return n;
+}
+
 tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_params_t *params)
 {
     tw_tcp_lane_t *lane = &tcp->lanes[k];
@@ -371,9 +391,12 @@ tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_params_t *p
      * base, so libevent's own lock would only cost a mutex pair per pass;
      * and no libevent timer is used (the tick is a timerfd), so its time
      * cache would only cost a clock read per pass. */
+    int peers = tw_tcp_lane_peers(tcp, k);
+    bool use_poll = peers <= tcp->cfg.poll_max;
     struct event_config *ecfg = event_config_new();
     if (ecfg == NULL ||
-        event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK | EVENT_BASE_FLAG_NO_CACHE_TIME) != 0) {
+        event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK | EVENT_BASE_FLAG_NO_CACHE_TIME) != 0 ||
+        (use_poll && event_config_avoid_method(ecfg, "epoll") != 0)) {
         if (ecfg != NULL) {
             event_config_free(ecfg);
         }
@@ -386,6 +409,8 @@ tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_params_t *p
         tw_error("tcp", "cannot make an event base for lane %d", k);
         return TW_ERR_NOMEM;
     }
+    tw_debug("tcp", "lane %d waits with %s (%d peer%s on it, TW_TCP_POLL_MAX %d)", k,
+             event_base_get_method(lane->base), peers, peers == 1 ? "" : "s", tcp->cfg.poll_max);
     for (int a = 0; a < tcp->naddrs; a++) {
         st = tw_tcp_listen(lane, a);
         if (st != TW_OK) {
