@@ -27,7 +27,8 @@
  * a larger one with epoll. On this project's test machine an epoll_wait
  * that returns a socket costs about 0.8 us more than an empty one, a
  * poll(2) over a few sockets 0.1 us more; 8 B across two emulated nodes
- * went from 13.0 to 11.8 us (BENCHMARKS.md, "poll for few sockets"). An
+ * went from 13.0 to 11.8 us on a busy host, 8.59 to 8.36 on a quiet one
+ * (BENCHMARKS.md, "poll for few sockets"). An
  * empty poll(2) costs more per socket (1.3 us for 1, 2.0 for 16, 3.5 for
  * 32, where epoll stays near 1.1), and every pass pays it.
  *
