@@ -23,6 +23,8 @@
 #include "core/tw_mem.h"
 #include "core/tw_time.h"
 
+static const char *const tw_coll_barriers[] = {"auto", "flat", "gather", NULL};
+
 static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
     {.name = "TW_COLL_CREATE_TIMEOUT",
      .type = TW_CFG_DURATION,
@@ -77,6 +79,18 @@ static const tw_cfg_entry_t tw_coll_cfg_entries[] = {
              "with 0, by recursive doubling. The same bits either way; must be the same on "
              "every rank (tw_init fails otherwise)",
      .offset = offsetof(tw_coll_cfg_t, rsag_min)},
+    {.name = "TW_COLL_BARRIER",
+     .type = TW_CFG_ENUM,
+     .defval = "auto",
+     .enum_names = tw_coll_barriers,
+     .help = "collectives: the barrier among more than 2 members of a group on a node, through "
+             "shared memory: flat (each member announces itself and waits for all the others: "
+             "one step), gather (the group's first member on the node waits for the others "
+             "and releases them: it leaves first, so a bcast or reduce from it that follows "
+             "finds the others arriving after its data, not waiting for it) or auto (gather "
+             "where the node's ranks outnumber its CPUs, flat otherwise). The node leader's "
+             "value holds for its node",
+     .offset = offsetof(tw_coll_cfg_t, barrier)},
 };
 
 const tw_cfg_table_t tw_coll_cfg_table = {

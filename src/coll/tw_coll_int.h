@@ -61,6 +61,7 @@ typedef struct tw_coll_cfg {
     size_t cma_min;             /* TW_COLL_CMA: 0 = never */
     size_t cma_ar_min;          /* TW_COLL_CMA_ALLREDUCE: 0 = never */
     size_t rsag_min;            /* TW_COLL_RSAG: 0 = never */
+    int barrier;                /* TW_COLL_BARRIER: tw_cshm_barrier_t */
 } tw_coll_cfg_t;
 
 enum {
@@ -101,6 +102,9 @@ enum {
     TW_CSHM_REDUCE,    /* a -> dst at peer */
     TW_CSHM_BCAST      /* dst from peer, len bytes */
 };
+
+/* TW_COLL_BARRIER (its names' order). */
+enum { TW_CSHM_BARRIER_AUTO, TW_CSHM_BARRIER_FLAT, TW_CSHM_BARRIER_GATHER };
 
 /* Whether a send may go from the operation's buffer (tw_exec_send). */
 typedef enum tw_coll_zc {

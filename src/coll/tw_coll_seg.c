@@ -80,6 +80,8 @@ static tw_status_t tw_cseg_create(tw_coll_t *coll, tw_cshm_node_t *node, uint64_
     atomic_store(&h->attached, 1);
     h->cma_min = coll->cfg.cma_min;
     h->cma_ar_min = coll->cfg.cma_ar_min;
+    h->gather = coll->cfg.barrier == TW_CSHM_BARRIER_GATHER ||
+                (coll->cfg.barrier == TW_CSHM_BARRIER_AUTO && node->oversub);
     h->probe_pid = (uint64_t)node->pid;
     h->probe_addr = (uint64_t)(uintptr_t)&tw_cseg_probe_word;
     h->probe_value = tw_cseg_probe_word;
@@ -256,6 +258,9 @@ tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
     all = node->nlocal == 64 ? UINT64_MAX : (1ull << node->nlocal) - 1;
     node->cma_min = atomic_load(&node->hdr->cma_ok) == all ? (size_t)node->hdr->cma_min : 0;
     node->cma_ar_min = node->cma_min > 0 ? (size_t)node->hdr->cma_ar_min : 0;
+    node->gather = node->hdr->gather != 0;
+    tw_info("coll", "barriers of more than 2 members on this node: %s",
+            node->gather ? "gather (through the group's first member here)" : "flat");
     if (node->cma_min == 0 && node->hdr->cma_min > 0) {
         tw_debug("coll", "a rank of this node cannot read the others' memory (process_vm_readv; "
                          "see /proc/sys/kernel/yama/ptrace_scope): bcasts go through the cells");

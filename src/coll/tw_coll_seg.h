@@ -21,7 +21,7 @@
 #include "shmem/tw_seg.h"
 
 #define TW_CSEG_MAGIC        0x7477637365673031ull /* "twcseg01" */
-#define TW_CSEG_VERSION      5u
+#define TW_CSEG_VERSION      6u
 #define TW_CSEG_DESC_OFF     4096u
 #define TW_CSHM_MEMBER_BYTES sizeof(tw_cshm_member_t)
 
@@ -49,6 +49,7 @@ typedef struct tw_cseg_hdr {
     uint64_t probe_value;
     _Atomic uint64_t cma_ok;
     uint64_t cma_ar_min; /* the leader's TW_COLL_CMA_ALLREDUCE */
+    uint64_t gather;     /* 1: barriers gather (the leader's TW_COLL_BARRIER) */
 } tw_cseg_hdr_t;
 
 typedef struct tw_cseg_desc {
@@ -71,6 +72,7 @@ struct tw_cshm_node {
     atomic_uint claims; /* tokens */
     uint64_t spin_ns;   /* TW_COLL_SPIN, or 0 when the node's ranks outnumber its CPUs */
     bool oversub;       /* they do */
+    bool gather;        /* barriers of over 2 members gather (agreed) */
     int cpus;           /* CPUs this process may run on */
     atomic_int waiters; /* this process's threads in a blocking wait */
     uint64_t size;      /* of the segment */

@@ -18,12 +18,15 @@
 #                blocks, and counts below the power of two fall back) point
 #                to point among 3, 4, 5 ranks (TW_COLL_SLOTS=0, tcp alone),
 #                and among the representatives of 3 emulated nodes (shm
-#                within the nodes, or point-to-point trees).
+#                within the nodes, or point-to-point trees); barriers
+#                flat and gathered (TW_COLL_BARRIER: auto picks by the
+#                machine's CPUs, so both are named).
 #   threads      threads creating their own groups at once and running
 #                mixed rounds; two threads on one group (TW_ERR_INVALID
 #                while the other's collective is outstanding); with
 #                TW_COLL_SLOTS=2 (one slot set besides the world's) most
-#                groups run point to point within the node beside one in shm.
+#                groups run point to point within the node beside one in shm;
+#                barriers flat and gathered (TW_COLL_BARRIER).
 #   nonblocking  nonblocking collectives on two groups at once, overlapped
 #                with computation and a ring of tw_send / tw_recv on the
 #                same CQ; progress threads and manual mode; random counts
@@ -38,6 +41,8 @@ set(_coll_basic_tests "")
 # name; ranks; test_coll arguments; environment.
 foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--mode basic;"
            "basic_n4;4;--mode basic;"
+           "basic_flat_n4;4;--mode basic;TW_COLL_BARRIER=flat"
+           "basic_gather_n3;3;--mode basic;TW_COLL_BARRIER=gather"
            "basic_tcp_n3;3;--mode basic;TW_TRANSPORTS=tcp"
            "basic_nodes2_n4;4;--mode basic;TW_NODE_ID=0,0,1,1"
            "basic_nodes3_n3;3;--mode basic;TW_NODE_ID=0,1,2"
@@ -52,10 +57,13 @@ foreach(_v "basic_n1;1;--mode basic;" "basic_n2;2;--mode basic;" "basic_n3;3;--m
            "threads_n2;2;--mode threads -t 3;" "threads_n3;3;--mode threads -t 2;"
            "threads_tcp_n3;3;--mode threads -t 2;TW_TRANSPORTS=tcp"
            "threads_slots2_n3;3;--mode threads -t 2;TW_COLL_SLOTS=2"
+           "threads_flat_n3;3;--mode threads -t 2;TW_COLL_BARRIER=flat"
+           "threads_gather_n3;3;--mode threads -t 2;TW_COLL_BARRIER=gather"
            "nonblocking_n2;2;--mode nonblocking -t 2 -m 400;"
            "nonblocking_n3;3;--mode nonblocking -t 2 -m 400;"
            "nonblocking_n2_manual;2;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
            "nonblocking_n3_manual;3;--mode nonblocking -t 2 -m 400;TW_PROGRESS_THREADS=0"
+           "nonblocking_gather_n3;3;--mode nonblocking -t 2 -m 400;TW_COLL_BARRIER=gather"
            "nonblocking_rsag_n5;5;--mode nonblocking -t 2 -m 400;TW_COLL_SLOTS=0;TW_COLL_RSAG=1"
            "leave_noslots_n5;5;--mode leave;TW_COLL_SLOTS=0"
            "leave_tcp_n4;4;--mode leave;TW_TRANSPORTS=self,tcp"
@@ -92,9 +100,10 @@ set_tests_properties(${TW_TEST_PREFIX}coll_nonblocking_tcp_sends PROPERTIES
   "${TW_TEST_ENV};TW_TRANSPORTS=tcp;TW_PROGRESS_THREADS=0;TW_COLL_SLOTS=0;TW_COLL_RSAG=1;TW_STATS=json")
 
 # The node's ranks disagree about the segment (coll_node_test.sh): a rank
-# that cannot attach, a leader without one; and about TW_COLL_RSAG, which
-# must be the same job-wide (tw_init fails).
-foreach(_case attach leader rsag)
+# that cannot attach, a leader without one; about TW_COLL_BARRIER (the
+# leader's holds); and about TW_COLL_RSAG, which must be the same job-wide
+# (tw_init fails).
+foreach(_case attach leader rsag barrier)
   add_test(NAME ${TW_TEST_PREFIX}coll_node_${_case}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/coll_node_test.sh $<TARGET_FILE:twrun>
                    $<TARGET_FILE:test_coll> ${_case})
@@ -113,7 +122,8 @@ tw_expect_log(coll_node_rsag PATTERNS
 # dtype x op; threads: a few of the mixed rounds).
 set(_coll_float_bitwise
   "api. error: tw_i?(reduce|allreduce): operator [A-Za-z_]+ .[456]. does not apply to [A-Za-z_]+$")
-foreach(_t ${_coll_basic_tests} threads_n2 threads_n3 threads_tcp_n3 threads_slots2_n3)
+foreach(_t ${_coll_basic_tests} threads_n2 threads_n3 threads_tcp_n3 threads_slots2_n3
+           threads_flat_n3 threads_gather_n3)
   tw_expect_log(coll_${_t} PATTERNS "${_coll_float_bitwise}")
 endforeach()
 # coll_node_attach: rank 2 does not attach, ranks 0 and 1 see it.
@@ -124,7 +134,8 @@ tw_expect_log(coll_node_attach PATTERNS
 # held outstanding, refused on purpose.
 set(_coll_busy
   "coll. error: i?(barrier|bcast|reduce|allreduce): another collective is outstanding on this group .one at a time per group.$")
-tw_expect_log(coll_threads_n2 coll_threads_n3 coll_threads_tcp_n3 coll_threads_slots2_n3 PATTERNS
+tw_expect_log(coll_threads_n2 coll_threads_n3 coll_threads_tcp_n3 coll_threads_slots2_n3
+              coll_threads_flat_n3 coll_threads_gather_n3 PATTERNS
   "${_coll_busy}")
 # tests/cluster runs test_coll across nodes: the same lines.
 set(TW_LOG_COLL_FLOAT_BITWISE "${_coll_float_bitwise}" PARENT_SCOPE)

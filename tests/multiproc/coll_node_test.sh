@@ -17,7 +17,12 @@
 #   rsag    rank 1 alone sets TW_COLL_RSAG (the allreduce's algorithm, and
 #           so its messages, depend on it: it must be the same job-wide):
 #           tw_init fails, and says why
-#   coll_node_test.sh TWRUN TEST_COLL attach|leader|rsag
+#   barrier rank 1 alone wants gather barriers, the others flat
+#           (TW_COLL_BARRIER): the leader's value holds for the node, so
+#           all three say flat (debug line) and every collective is exact
+#           -- a rank on its own value would wait for a release no one
+#           writes
+#   coll_node_test.sh TWRUN TEST_COLL attach|leader|rsag|barrier
 set -eu
 twrun=$1 coll=$2 case=$3
 var=TW_COLL_SLOTS
@@ -25,6 +30,8 @@ case $case in
   attach) rank=2 slots=2 ;;
   leader) rank=0 slots=0 ;;
   rsag) rank=1 slots=1k var=TW_COLL_RSAG ;;
+  barrier) rank=1 slots=gather var=TW_COLL_BARRIER
+    export TW_COLL_BARRIER=flat TW_LOG_LEVEL=info ;;
   *) echo "coll_node_test.sh: unknown case $case"; exit 2 ;;
 esac
 rc=0
@@ -51,4 +58,13 @@ case $case in
   leader)
     ! grep -q "coll\] warn" <<<"$out" || { echo "FAIL: a coll warning without a segment to miss"; exit 1; }
     echo "ok: no segment on the node, every collective point to point, no warning" ;;
+  barrier)
+    n_flat=$(grep -c "coll\] info: barriers of more than 2 members on this node: flat" <<<"$out" || true)
+    n_gather=$(grep -c "coll\] info: barriers of more than 2 members on this node: gather" \
+      <<<"$out" || true)
+    if [ "$n_flat" -ne 3 ] || [ "$n_gather" -ne 0 ]; then
+      echo "FAIL: $n_flat rank(s) barrier flat, $n_gather gather: the leader's flat must hold"
+      exit 1
+    fi
+    echo "ok: rank 1's TW_COLL_BARRIER=gather gave way to the leader's flat on all 3 ranks" ;;
 esac
