@@ -8,7 +8,8 @@
 # one; each output line well-formed (coll_bench.h's format: 14
 # comma-separated fields, numeric but for the two '-' of blocking rows,
 # whose whole iteration takes at least the collective's time),
-# the row count per sweep, usage errors exit 2. Every run settles first
+# the row count per sweep, the quantiles' lines of -q, usage errors
+# exit 2. Every run settles first
 # (-S, default 200 ms of barriers, -t 2 on each thread's group).
 #   tw_coll_perf_test.sh TW_COLL_PERF TWRUN
 set -euo pipefail
@@ -69,13 +70,27 @@ check iallreduce 14 1 2
 run 2 -c iallreduce -m 8:64 -P 2 -C 300 -i 5 -x 1
 check iallreduce 4 1 2
 awk -F, '/^coll,/ && $13 < 299.9 { exit 1 }' <<<"$out" || { echo "$out"; fail "-C 300: less computed"; }
+# -q: after each row of a blocking collective, its quantiles' comment
+# (same op and size, 0 < P50 <= P90 <= P99 <= MAX); none for iallreduce.
+run 2 -c allreduce -m 8:64 -q "${it[@]}"
+check allreduce 4 1 2
+awk -F, '/^coll,/ { want = $4; next }
+  /^# quantiles,/ {
+    if (NF != 7 || $2 != "allreduce" || $3 != want || !($4 > 0 && $4 <= $5 && $5 <= $6 && $6 <= $7))
+      exit 1
+    want = ""; n++
+  }
+  END { exit n == 4 && want == "" ? 0 : 1 }' <<<"$out" || { echo "$out"; fail "-q: want 4 quantile lines"; }
+run 2 -c iallreduce -m 8:8 -q -i 5 -x 1
+check iallreduce 1 1 2
+! grep -q '^# quantiles' <<<"$out" || { echo "$out"; fail "-q: quantiles of a nonblocking one"; }
 run 1 -c allreduce -m 8:16k "${it[@]}"
 check allreduce 12 1 1
 run 1 -c bcast -m 1:4 "${it[@]}"
 check bcast 3 1 1
 
 # Usage errors exit 2 and say so; -h documents every option.
-for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-S -1" "-S 60001" "-P" "-C 0" "-C x" "-q" \
+for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-S -1" "-S 60001" "-P" "-C 0" "-C x" "-z" \
   "stray"; do
   rc=0
   # shellcheck disable=SC2086 # split the option from its value
@@ -84,7 +99,7 @@ for bad in "-c gather" "-m 0:8" "-m 64:8" "-t 0" "-i 0" "-x -1" "-S -1" "-S 6000
   grep -q '^tw_coll_perf: ' <<<"$msg" || fail "tw_coll_perf $bad: no message: $msg"
 done
 out=$("$perf" -h)
-for o in -c -m -i -x -S -t -P -C barrier bcast reduce allreduce iallreduce OVERLAP_PCT; do
+for o in -c -m -i -x -S -t -P -C -q quantiles barrier bcast reduce allreduce iallreduce OVERLAP_PCT; do
   grep -q -- "$o" <<<"$out" || fail "-h does not document $o"
 done
 echo "tw_coll_perf: ok"

@@ -54,6 +54,12 @@
  * the two: on an oversubscribed node AVG_US says much about that (a bcast
  * root that only pushes its data returns at once, and its receivers find
  * it there), OVERALL_US is the loop's throughput.
+ * -q adds, after each size's line of a blocking collective, a comment
+ *   # quantiles,OP,BYTES,P50_US,P90_US,P99_US,MAX_US
+ * of the single iterations' latencies: each process's and thread's own
+ * quantile, the largest over them (the slowest member's tail); the means
+ * above hide whether a gap between libraries is the common case or a few
+ * slow iterations.
  * Exit status: 0; 1 a failed call or a wrong result (the job stops);
  * 2 a usage error.
  */
@@ -88,6 +94,7 @@ typedef struct cb_opts {
     int threads;
     int probes;      /* tests during an iallreduce's computation */
     long compute_us; /* iallreduce: compute this long (0: the pure collective's time) */
+    bool quantiles;  /* -q: each blocking iteration's latency kept, quantiles reported */
 } cb_opts_t;
 
 /* A backend. Every call but allreduce_d runs on a benchmark thread with
@@ -142,6 +149,9 @@ static void cb_usage(FILE *out, const char *prog, const char *launch)
             "               library, instead of as long as the pure collective took\n"
             "               (OSU's way, the default): OVERALL_US then compares\n"
             "               libraries at equal work\n"
+            "  -q           blocking collectives: after each size's line, a comment with\n"
+            "               the quantiles of single iterations (P50, P90, P99, max), the\n"
+            "               largest over processes and threads\n"
             "  -h           this text\n"
             "\n"
             "Output: '#' comment lines, then one line per size:\n"
@@ -258,10 +268,14 @@ static int cb_parse(cb_opts_t *o, int argc, char **argv, const char *prog, const
                      .settle_ms = 200,
                      .threads = 1};
     opterr = 0;
-    while ((opt = getopt(argc, argv, ":c:m:i:x:S:t:P:C:h")) != -1) {
+    while ((opt = getopt(argc, argv, ":c:m:i:x:S:t:P:C:qh")) != -1) {
         if (opt == 'h') {
             cb_usage(stdout, prog, launch);
             return 0;
+        }
+        if (opt == 'q') {
+            o->quantiles = true;
+            continue;
         }
         if (opt == ':' || opt == '?') {
             fprintf(stderr, "%s: %s -%c\n", prog,
@@ -312,6 +326,8 @@ typedef struct cb_thread {
     pthread_t th;
     unsigned char *sbuf, *rbuf;
     double lat_us, overall_us, compute_us, test_us; /* means over iterations */
+    double *lats;                                   /* -q: each iteration's, or NULL */
+    double q[4];                                    /* -q: P50, P90, P99, max of lats */
     int bad;                                        /* a wrong result */
     volatile double sink;                           /* what cb_compute computed */
 } cb_thread_t;
@@ -406,6 +422,9 @@ static double cb_loop(cb_thread_t *t, size_t bytes, long iters, long warmup)
         double t1 = cb_now_us();
         if (i >= warmup) {
             total += t1 - t0;
+            if (t->lats != NULL) {
+                t->lats[i - warmup] = t1 - t0;
+            }
         }
         if (c != CB_BARRIER && ops->barrier(t->h) != 0) { /* barriers back to back */
             cb_fail(ops, "barrier");
@@ -413,6 +432,24 @@ static double cb_loop(cb_thread_t *t, size_t bytes, long iters, long warmup)
     }
     t->overall_us = (cb_now_us() - start) / (double)iters; /* whole iterations */
     return total / (double)iters;
+}
+
+static int cb_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* -q: the quantiles of the @p n latencies in lats (sorted here). */
+static void cb_quantiles(cb_thread_t *t, long n)
+{
+    static const double at[3] = {0.50, 0.90, 0.99};
+
+    qsort(t->lats, (size_t)n, sizeof(double), cb_cmp_double);
+    for (int k = 0; k < 3; k++) {
+        t->q[k] = t->lats[(long)(at[k] * (double)(n - 1))];
+    }
+    t->q[3] = t->lats[n - 1];
 }
 
 /* Test during the computation: -P pieces, each followed by a test. */
@@ -496,7 +533,16 @@ static void cb_run_size(cb_thread_t *t)
     if (sh->o->coll == CB_IALLREDUCE) {
         cb_loop_nb(t, sh->bytes, sh->iters, sh->warmup);
     } else {
+        t->lats = sh->o->quantiles ? malloc((size_t)sh->iters * sizeof(double)) : NULL;
+        if (sh->o->quantiles && t->lats == NULL) {
+            cb_fail(sh->ops, "allocating the latencies (-q)");
+        }
         t->lat_us = cb_loop(t, sh->bytes, sh->iters, sh->warmup);
+        if (t->lats != NULL) {
+            cb_quantiles(t, sh->iters);
+            free(t->lats);
+            t->lats = NULL;
+        }
     }
     t->bad = !cb_check(t, sh->bytes);
 }
@@ -587,6 +633,31 @@ static int cb_report(const cb_shared_t *sh, const cb_thread_t *ts)
     return 0;
 }
 
+/* -q: the quantiles' line of a blocking collective's size, the largest of
+ * each over the job's threads (every rank takes part in the reduction). */
+static void cb_report_quantiles(const cb_shared_t *sh, const cb_thread_t *ts)
+{
+    const cb_ops_t *ops = sh->ops;
+    double q[4] = {0};
+
+    if (!sh->o->quantiles || sh->o->coll == CB_IALLREDUCE) {
+        return;
+    }
+    for (int i = 0; i < sh->o->threads; i++) {
+        for (int k = 0; k < 4; k++) {
+            q[k] = ts[i].q[k] > q[k] ? ts[i].q[k] : q[k];
+        }
+    }
+    if (ops->allreduce_d(q, 4, CB_MAX) != 0) {
+        cb_fail(ops, "the quantiles' reduction");
+    }
+    if (ops->rank == 0) {
+        printf("# quantiles,%s,%zu,%.3f,%.3f,%.3f,%.3f\n", cb_coll_names[sh->o->coll], sh->bytes,
+               q[0], q[1], q[2], q[3]);
+        fflush(stdout);
+    }
+}
+
 /* Set up a size: OSU's iteration counts unless -i / -x. */
 static void cb_size_counts(cb_shared_t *sh, size_t bytes)
 {
@@ -639,6 +710,9 @@ static int cb_run(const cb_ops_t *ops, const cb_opts_t *o, void **handles)
         cb_run_size(&ts[0]);
         pthread_barrier_wait(&sh.bar);
         rc = cb_report(&sh, ts);
+        if (rc == 0) {
+            cb_report_quantiles(&sh, ts);
+        }
         if (o->coll == CB_BARRIER) {
             break;
         }
