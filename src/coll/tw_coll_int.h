@@ -61,7 +61,7 @@ typedef struct tw_coll_cfg {
     size_t cma_min;             /* TW_COLL_CMA: 0 = never */
     size_t cma_ar_min;          /* TW_COLL_CMA_ALLREDUCE: 0 = never */
     size_t rsag_min;            /* TW_COLL_RSAG: 0 = never */
-    int barrier;                /* TW_COLL_BARRIER: tw_cshm_barrier_t */
+    int barrier;                /* TW_COLL_BARRIER: TW_CSHM_BARRIER_* */
 } tw_coll_cfg_t;
 
 enum {

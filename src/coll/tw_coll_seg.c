@@ -259,8 +259,10 @@ tw_status_t tw_cshm_node_setup(tw_coll_t *coll)
     node->cma_min = atomic_load(&node->hdr->cma_ok) == all ? (size_t)node->hdr->cma_min : 0;
     node->cma_ar_min = node->cma_min > 0 ? (size_t)node->hdr->cma_ar_min : 0;
     node->gather = node->hdr->gather != 0;
-    tw_info("coll", "barriers of more than 2 members on this node: %s",
-            node->gather ? "gather (through the group's first member here)" : "flat");
+    if (node->nlocal > 2) {
+        tw_info("coll", "barriers of more than 2 members on this node: %s",
+                node->gather ? "gather (through the group's first member here)" : "flat");
+    }
     if (node->cma_min == 0 && node->hdr->cma_min > 0) {
         tw_debug("coll", "a rank of this node cannot read the others' memory (process_vm_readv; "
                          "see /proc/sys/kernel/yama/ptrace_scope): bcasts go through the cells");

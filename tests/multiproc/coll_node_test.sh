@@ -19,7 +19,7 @@
 #           tw_init fails, and says why
 #   barrier rank 1 alone wants gather barriers, the others flat
 #           (TW_COLL_BARRIER): the leader's value holds for the node, so
-#           all three say flat (debug line) and every collective is exact
+#           all three say flat (info line) and every collective is exact
 #           -- a rank on its own value would wait for a release no one
 #           writes
 #   coll_node_test.sh TWRUN TEST_COLL attach|leader|rsag|barrier
