@@ -297,8 +297,9 @@ int tw_rel_timers(tw_rel_t *rel, bool check);
 int tw_rel_progress_op(tw_tl_iface_t *iface);
 
 /* tw_rel_path.c */
-/* Nothing but our goodbye waits for the peer's ack. Lock held. */
-bool tw_rel_owes_only_bye(const tw_rel_peer_t *p) TW_REQUIRES(p->lock);
+/* Our goodbye, after everything else we sent the peer, waits for its
+ * ack. Lock held. */
+bool tw_rel_bye_unacked(const tw_rel_peer_t *p) TW_REQUIRES(p->lock);
 void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dead, const char *what,
                       uint64_t now, tw_rel_deferred_t *todo) TW_REQUIRES(p->lock);
 void tw_rel_peer_fail(tw_rel_t *rel, tw_rel_peer_t *p, int peer, const char *what,

@@ -27,19 +27,18 @@
 #include "core/tw_log.h"
 #include "reliability/tw_rel_int.h"
 
-bool tw_rel_owes_only_bye(const tw_rel_peer_t *p) TW_REQUIRES(p->lock)
+bool tw_rel_bye_unacked(const tw_rel_peer_t *p)
 {
-    if (p->q_head != NULL) {
-        return false;
-    }
+    /* The goodbye is posted last (tw_rel_quiesce): in the window, nothing
+     * of ours is queued behind it. */
     for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
         const tw_rel_slot_t *s = &p->win[seq % TW_REL_WIN];
-        if (s->msg != NULL && !s->acked &&
-            !(s->msg->am_id == TW_REL_BYE_AM && s->msg->len == 0 && s->msg->hdr_len == 0)) {
-            return false;
+        if (s->msg != NULL && !s->acked && s->msg->am_id == TW_REL_BYE_AM && s->msg->len == 0 &&
+            s->msg->hdr_len == 0) {
+            return true;
         }
     }
-    return true;
+    return false;
 }
 
 /* Path @p g no longer reaches @p peer: for good (@p dead: its transport
@@ -70,14 +69,16 @@ void tw_rel_path_lost(tw_rel_t *rel, tw_rel_peer_t *p, int peer, int g, bool dea
         return;
     }
     if (what != NULL && atomic_load_explicit(&rel->leaving, memory_order_relaxed) &&
-        tw_rel_owes_only_bye(p)) {
-        /* We are leaving and owe it nothing but our goodbye, unanswered:
-         * it has most likely left (its goodbye to us, or its ack of ours,
-         * lost on the way). Failing over would dial a rank that is gone
-         * -- over tcp a refused connect, an error line -- for a message
-         * it no longer needs: we are done with it, quietly. */
+        tw_rel_bye_unacked(p)) {
+        /* We are leaving and our goodbye, after all we sent, is
+         * unanswered: it has most likely left -- its goodbye to us lost
+         * on the way, and its acks of ours (a peer that has our goodbye
+         * leaves without waiting for our ack of its own; its last ack
+         * goes once). Failing over would dial a rank that is gone -- over
+         * tcp a refused connect, an error line -- for messages it no
+         * longer needs: we are done with it, quietly. */
         tw_debug("rel",
-                 "path %s to rank %d failed (%s) while we leave, only our goodbye "
+                 "path %s to rank %d failed (%s) while we leave, our goodbye "
                  "unacknowledged: done with it",
                  rel->paths[g].iface->name, peer, what);
         p->left = true;

@@ -16,7 +16,7 @@
  *   PONG from its engine); silent for TW_REL_KEEPALIVE * TW_REL_MISSES,
  *   with TW_REL_MISSES - 1 pings unanswered, it has failed, whatever its
  *   transports say (a stopped process's kernel still acks TCP); not
- *   while we leave owing it only our goodbye (that is the probe then);
+ *   while we leave with our goodbye unacknowledged (that is the probe then);
  * - probes of failed paths, every TW_REL_PROBE (tw_rel_path.c).
  *
  * The clock is read only where a time must be exact: a round-trip
@@ -210,8 +210,8 @@ static bool tw_rel_keepalive(tw_rel_t *rel, tw_rel_peer_t *p, int peer, uint64_t
         *next_p = TW_MIN(*next_p, TW_MAX(p->last_rx_ns, p->closing_ns) + rel->cfg.keepalive_ns);
         return true;
     }
-    if (atomic_load_explicit(&rel->leaving, memory_order_relaxed) && tw_rel_owes_only_bye(p)) {
-        /* We leave and owe it no more than our goodbye: no pings. They
+    if (atomic_load_explicit(&rel->leaving, memory_order_relaxed) && tw_rel_bye_unacked(p)) {
+        /* We leave and our goodbye went (after all we sent): no pings. They
          * would go on every path, a standby one too -- a dial of a rank
          * that may have left (over tcp a refused connect, an error line).
          * The goodbye's retransmissions are the probe; unanswered for the

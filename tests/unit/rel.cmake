@@ -9,8 +9,8 @@ set(_tw_rel_srcs ${CMAKE_CURRENT_LIST_DIR}/test_rel.c ${CMAKE_CURRENT_LIST_DIR}/
                  ${CMAKE_CURRENT_LIST_DIR}/test_rel_paths.c)
 tw_add_case_tests(NAME rel SOURCES ${_tw_rel_srcs} LABELS unit INTERNAL TIMEOUT 120
                   CASES basic first_frag last_frag ack_lost nack_lost dup_done dup_held crc_short
-                        crc_long far_stale left_then_closed left_then_due leaving_bye_lost closed_before_bye
-                        closed_then_ack
+                        crc_long far_stale left_then_closed left_then_due leaving_bye_lost
+                        leaving_data_unacked closed_before_bye closed_then_ack
                         reenter wrap corrupt failover failback_due fornow fornow_refused
                         fornow_forgood refusing refusing_only nopath keepalive early_stamp
                         pause)

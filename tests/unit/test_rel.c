@@ -40,6 +40,9 @@
  *                   unanswered: the path fails, no failover, no ping
  *                   (the keepalive shorter than the path timeout),
  *                   quietly;
+ *   leaving_data_unacked  (regression) we leave; our messages and our
+ *                   goodbye go unanswered (the peer had them and left,
+ *                   its acks lost): the same, the messages fail quietly;
  *   closed_before_bye  (regression) a peer closed a path cleanly before
  *                   its goodbye came: nothing more goes to it on any path,
  *                   and after a silent keepalive period what is left
@@ -104,6 +107,7 @@ static const twt_case_t cases[] = {
     {"left_then_closed", case_left_then_closed},
     {"left_then_due", case_left_then_due},
     {"leaving_bye_lost", case_leaving_bye_lost},
+    {"leaving_data_unacked", case_leaving_data_unacked},
     {"closed_before_bye", case_closed_before_bye},
     {"closed_then_ack", case_closed_then_ack},
     {"reenter", case_reenter},

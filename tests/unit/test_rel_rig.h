@@ -131,6 +131,7 @@ void case_far_stale(void);
 void case_left_then_closed(void);
 void case_left_then_due(void);
 void case_leaving_bye_lost(void);
+void case_leaving_data_unacked(void);
 void case_closed_before_bye(void);
 void case_closed_then_ack(void);
 void case_reenter(void);
