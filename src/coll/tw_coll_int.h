@@ -220,7 +220,7 @@ struct tw_coll {
     tw_coll_params_t p;
     tw_coll_cfg_t cfg;
     tw_stats_t *stats;
-    tw_cq_t *send_cq;   /* completions of every send (frees staged copies) */
+    tw_cq_t *send_cq;   /* completions of sends over TW_INJECT_MAX (frees staged copies) */
     tw_mutex_t lock;    /* the group table */
     tw_group_t **table; /* [table_len] live groups; guarded by lock */
     uint16_t *gen;      /* [table_len] generation of each entry; guarded by lock */
@@ -292,7 +292,8 @@ tw_status_t tw_coll_post(tw_group_t *g, tw_coll_kind_t kind, const void *sendbuf
                          size_t count, tw_dtype_t dt, tw_redop_t rop, int root, tw_cq_t *cq,
                          void *user, bool nb);
 /** Send @p len bytes of @p buf to world rank @p dst with @p tag: copied
- * (eager, or staged when larger), so @p buf is free on return. */
+ * (injected up to TW_INJECT_MAX, without a completion; eager, or staged
+ * when larger), so @p buf is free on return. */
 tw_status_t tw_coll_send(tw_coll_t *coll, int dst, uint64_t tag, const void *buf, size_t len);
 
 #endif /* TW_COLL_INT_H */

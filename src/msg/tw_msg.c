@@ -330,6 +330,14 @@ tw_status_t tw_msg_send_inject(tw_msg_t *msg, int dst, uint64_t tag, const void 
     return tw_msg_inject(msg, TW_MSG_AM_TAG, TW_MSG_TYPE_TAG, dst, tag, buf, len);
 }
 
+tw_status_t tw_msg_coll_inject(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len)
+{
+    if (len > TW_INJECT_MAX) {
+        return TW_ERR_INVALID;
+    }
+    return tw_msg_inject(msg, TW_MSG_AM_COLL, TW_MSG_TYPE_TAG, dst, tag, buf, len);
+}
+
 tw_status_t tw_msg_coll_ctl(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len)
 {
     if (len > TW_INJECT_MAX) {

@@ -94,6 +94,9 @@ tw_status_t tw_msg_coll_send(tw_msg_t *msg, int dst, uint64_t tag, const void *b
                              tw_cq_t *cq, void *user);
 tw_status_t tw_msg_coll_recv(tw_msg_t *msg, int src, uint64_t tag, void *buf, size_t len,
                              tw_cq_t *cq, void *user);
+/** A collective's message of at most TW_INJECT_MAX bytes, copied at
+ * once (am_short): no CQ slot, no completion. */
+tw_status_t tw_msg_coll_inject(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len);
 /** A control message of at most TW_INJECT_MAX bytes; no completion. */
 tw_status_t tw_msg_coll_ctl(tw_msg_t *msg, int dst, uint64_t tag, const void *buf, size_t len);
 /** Take back the posted receive for (@p src, @p tag): true when it was
