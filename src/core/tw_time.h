@@ -30,10 +30,17 @@ static inline uint64_t tw_time_us(void)
     return tw_time_ns() / 1000u;
 }
 
+/** A deadline @p timeout_ms after @p now (a tw_time_ns reading); -1
+ * gives UINT64_MAX (never). */
+static inline uint64_t tw_deadline_ms_after(uint64_t now, int timeout_ms)
+{
+    return timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000ull;
+}
+
 /** A deadline @p timeout_ms from now; -1 gives UINT64_MAX (never). */
 static inline uint64_t tw_deadline_ms(int timeout_ms)
 {
-    return timeout_ms < 0 ? UINT64_MAX : tw_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    return tw_deadline_ms_after(tw_time_ns(), timeout_ms);
 }
 
 #endif /* TW_TIME_H */

@@ -595,8 +595,9 @@ static int tw_cq_wait_block(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t
     }
 }
 
-/* Poll with back-off until a completion or @p until. */
-static int tw_cq_wait_spin(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t until)
+/* Poll with back-off until a completion or @p until (@p now: the clock
+ * when called). */
+static int tw_cq_wait_spin(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t now, uint64_t until)
 {
     unsigned empty = 0;
 
@@ -606,9 +607,16 @@ static int tw_cq_wait_spin(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t 
      * the peer's) may share this CPU, and a back-off that ends in sleeps
      * makes the next arrival wait for the sleep. */
     for (;;) {
+        int polled = 0;
         int n;
 
-        if (cq->poll_fn == NULL || cq->poll_fn(cq->progress_arg) == 0) {
+        if (cq->poll_fn != NULL) {
+            /* The turn's one clock reading serves the leases it takes. */
+            tw_pe_lease_clock(now);
+            polled = cq->poll_fn(cq->progress_arg);
+            tw_pe_lease_clock(0);
+        }
+        if (polled == 0) {
             if (++empty >= TW_CQ_POLL_YIELD_EVERY) {
                 empty = 0;
                 sched_yield();
@@ -617,8 +625,12 @@ static int tw_cq_wait_spin(tw_cq_t *cq, tw_completion_t *out, int max, uint64_t 
             }
         }
         n = tw_cq_take(cq, out, max);
-        if (n > 0 || tw_time_ns() >= until) {
+        if (n > 0) {
             return n;
+        }
+        now = tw_time_ns();
+        if (now >= until) {
+            return 0;
         }
     }
 }
@@ -645,7 +657,7 @@ static int tw_cq_wait_manual(tw_cq_t *cq, tw_completion_t *out, int max, uint64_
 
 int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
 {
-    uint64_t deadline;
+    uint64_t now, deadline;
     int n;
 
     if (cq == NULL || out == NULL || max <= 0) {
@@ -660,7 +672,8 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
     if (tw_cq_batch.depth > 0) {
         tw_cq_batch_flush(NULL);
     }
-    deadline = tw_deadline_ms(timeout_ms);
+    now = tw_time_ns();
+    deadline = tw_deadline_ms_after(now, timeout_ms);
     tw_pe_lease_forget(); /* what this thread polled before its wait */
     if (cq->progress_fn != NULL) {
         if (timeout_ms == 0) {
@@ -674,7 +687,7 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
     }
     switch (cq->wait_mode) {
     case TW_WAIT_SPIN:
-        return tw_cq_wait_spin(cq, out, max, deadline);
+        return tw_cq_wait_spin(cq, out, max, now, deadline);
     case TW_WAIT_ADAPTIVE: {
         /* Spin while a CPU is free for the producer (spin slots), or
          * as the process's one driving spinner: a waiter that drives the
@@ -687,10 +700,8 @@ int tw_cq_wait(tw_cq_t *cq, tw_completion_t *out, int max, int timeout_ms)
         bool slot = tw_spin_slot_get();
         bool driver = !slot && cq->poll_fn != NULL && tw_spin_driver_get();
         if (slot || driver) {
-            uint64_t now = tw_time_ns();
-            uint64_t until =
-                deadline > now && deadline - now > cq->spin_ns ? now + cq->spin_ns : deadline;
-            n = tw_cq_wait_spin(cq, out, max, until);
+            uint64_t until = deadline - now > cq->spin_ns ? now + cq->spin_ns : deadline;
+            n = tw_cq_wait_spin(cq, out, max, now, until);
             if (slot) {
                 tw_spin_slot_put();
             }

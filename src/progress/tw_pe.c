@@ -836,6 +836,15 @@ tw_status_t tw_pe_workers_poll(tw_pe_t *pe)
 static TW_TLS tw_pe_t *tw_pe_leased_by_me[TW_PE_LEASED_MAX];
 static TW_TLS unsigned tw_pe_nleased;
 
+/* The clock as this thread's waiter read it for its current polls (0:
+ * none). A stale reading shortens a lease, never lengthens it. */
+static TW_TLS uint64_t tw_pe_lease_now;
+
+void tw_pe_lease_clock(uint64_t now)
+{
+    tw_pe_lease_now = now;
+}
+
 void tw_pe_lease(tw_pe_t *pe)
 {
     uint64_t until, cur;
@@ -844,7 +853,7 @@ void tw_pe_lease(tw_pe_t *pe)
     if (!pe->workers_poll || !pe->thread) {
         return;
     }
-    until = tw_time_ns() + TW_PE_LEASE_NS;
+    until = (tw_pe_lease_now != 0 ? tw_pe_lease_now : tw_time_ns()) + TW_PE_LEASE_NS;
     cur = atomic_load_explicit(&pe->lease, memory_order_relaxed);
     if (until > cur + TW_PE_LEASE_NS / 4) { /* a store per quarter lease, not per poll */
         atomic_store_explicit(&pe->lease, until, memory_order_relaxed);

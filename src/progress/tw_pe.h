@@ -103,6 +103,10 @@ tw_status_t tw_pe_workers_poll(tw_pe_t *pe);
  * touching the engines (a wait begins: those the thread polled before
  * may be gone). Thread: any. */
 void tw_pe_lease(tw_pe_t *pe);
+/** A waiter about to poll passes its reading of tw_time_ns (0 after the
+ * polls): tw_pe_lease then takes it instead of reading the clock again.
+ * Thread: the waiter (thread-local). */
+void tw_pe_lease_clock(uint64_t now);
 void tw_pe_lease_end(void);
 void tw_pe_lease_forget(void);
 /** End @p pe's lease, whoever took it: the engine must watch its fds

@@ -137,6 +137,8 @@ typedef struct tw_tcp_conn {
     uint8_t hs_out[TW_TCP_HS_LEN];
     uint8_t hs_off, hs_len; /* handshake bytes still to write */
     uint64_t hs_deadline;
+    /* Last read: the coarse clock (liveness counts seconds). Last write:
+     * tw_time_ns (TW_TCP_BURST counts microseconds). */
     uint64_t last_rx, last_tx;
     bool want_out; /* waiting for room in the socket (EV_WRITE, engine epoll) */
     /* The peer closed: the errno (EPIPE, ECONNRESET) of the write that

@@ -546,7 +546,7 @@ static int tw_tcp_read_payload(tw_tcp_conn_t *c, tw_tl_rndv_t *h)
     if (n <= 0) {
         return tw_tcp_recv_end(c, n);
     }
-    c->last_rx = tw_time_ns();
+    c->last_rx = tw_time_coarse_ns(); /* liveness counts seconds */
     tw_tcp_rndv_sink(h, NULL, (size_t)n);
     if (h->got == h->len) {
         /* Then what followed it in the buffer. */
@@ -612,7 +612,7 @@ static int tw_tcp_read_buffer(tw_tcp_conn_t *c)
      * level-triggered), so no recv only to hear EAGAIN. */
     bool drained = (size_t)n < space;
     c->in_len += (size_t)n;
-    c->last_rx = tw_time_ns();
+    c->last_rx = tw_time_coarse_ns(); /* liveness counts seconds */
     if (c->state != TW_TCP_CONNECTED && !tw_tcp_conn_handshake(c)) {
         return TW_TCP_RX_GONE;
     }
