@@ -18,7 +18,7 @@
 #                                                  with no stall over 1 s, no rank sees an
 #                                                  error
 #   rel_test.sh TWRUN TEST_ALLTOALL failback       2 ranks over shm+tcp; rank 0's shm goes
-#                                                  dark for 100 ms mid-stream: fails over to
+#                                                  dark for 300 ms mid-stream: fails over to
 #                                                  tcp, and back to shm once probes answer
 #
 # Message counts are divided by TWTEST_SCALE inside test_alltoall. The
@@ -115,15 +115,18 @@ b8)
   ;;
 failback)
   # The blackhole opens 400 ms after the injector does: after tw_init in
-  # every build, and before the stream ends even in Release, which
-  # streams 24000 messages in about 0.35 s.
+  # every build, and long before the stream ends (several seconds, even
+  # in Release). It lasts 300 ms, five path timeouts: a busy machine can
+  # hold the engines off for tens of ms, and a dark spell of 100 ms then
+  # ended before the path was given up (no failover; seen beside other
+  # tests).
   export TW_TRANSPORTS=shm,tcp TW_FAULT_ON=shm TW_FAULT_RANKS=0 TW_REL_PATH_TIMEOUT=60ms \
-    TW_REL_RTO_MAX=10ms TW_REL_PROBE=10ms TW_FAULT=blackhole=400ms,blackhole_for=100ms
+    TW_REL_RTO_MAX=10ms TW_REL_PROBE=10ms TW_FAULT=blackhole=400ms,blackhole_for=300ms
   run -n 2 "$prog" -t 2 -m 80000 --max-size 16k --stats=json
   # no fail-back (failbacks == 0): did the run end before the shm path healed?
   check 'sum ifaces/rel/failovers >= 1' 'all ifaces/rel/peer_failures == 0' \
     'sum ifaces/rel/failbacks >= 1' 'print sum ifaces/rel/failovers' 'print sum ifaces/rel/failbacks'
-  echo "failback: rank 0's shm dark from 400 to 500 ms: ${nums[0]} failovers, ${nums[1]}" \
+  echo "failback: rank 0's shm dark from 400 to 700 ms: ${nums[0]} failovers, ${nums[1]}" \
     "fail-backs, every message once, in order, no error"
   ;;
 *)
