@@ -31,6 +31,7 @@ const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT] = {
     [TW_TL_STAT_REFUSED] = {"refused", TW_STAT_COUNTER},
     [TW_TL_STAT_BAD_FRAMES] = {"bad_frames", TW_STAT_COUNTER},
     [TW_TL_STAT_HANDED] = {"handed", TW_STAT_COUNTER},
+    [TW_TL_STAT_RX_DIRECT] = {"rx_direct", TW_STAT_COUNTER},
 };
 
 const tw_tl_ops_t *tw_tl_find(const char *name)

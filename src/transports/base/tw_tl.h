@@ -269,6 +269,8 @@ enum {
     TW_TL_STAT_HANDED,     /* sends handed to an engine's thread (tw_tl_submit), not written
                             * by their caller: all of self's and verbs', tcp's whose lane was
                             * busy */
+    TW_TL_STAT_RX_DIRECT,  /* polling passes that found data by reading, not polling, first
+                            * (tcp: TW_TCP_DIRECT_RECV) */
     TW_TL_STAT_COUNT
 };
 extern const tw_stat_desc_t tw_tl_stat_descs[TW_TL_STAT_COUNT];

@@ -158,12 +158,19 @@ static tw_tcp_conn_t *tw_tcp_conn_new(tw_tcp_lane_t *lane, int fd, int state, in
     return c;
 }
 
-static void tw_tcp_unlink_handshaking(tw_tcp_conn_t *c)
+/* Off the lane's list @p c is on, if any: handshaking or, CONNECTED,
+ * live. */
+static void tw_tcp_unlink(tw_tcp_conn_t *c)
 {
-    for (tw_tcp_conn_t **pp = &c->lane->handshaking; *pp != NULL; pp = &(*pp)->next) {
+    tw_tcp_lane_t *lane = c->lane;
+    bool live = c->state == TW_TCP_CONNECTED;
+
+    for (tw_tcp_conn_t **pp = live ? &lane->live : &lane->handshaking; *pp != NULL;
+         pp = &(*pp)->next) {
         if (*pp == c) {
             *pp = c->next;
             c->next = NULL;
+            lane->nlive -= live;
             return;
         }
     }
@@ -173,7 +180,7 @@ void tw_tcp_conn_close(tw_tcp_conn_t *c)
 {
     tw_tcp_lane_t *lane = c->lane;
 
-    tw_tcp_unlink_handshaking(c);
+    tw_tcp_unlink(c);
     if (c->peer >= 0) {
         tw_tcp_ep_t *ep = &lane->tcp->eps[c->peer];
         if (ep->conn == c) {
@@ -270,7 +277,7 @@ static void tw_tcp_established(tw_tcp_conn_t *c)
     tw_tcp_lane_t *lane = c->lane;
     tw_tcp_ep_t *ep = &lane->tcp->eps[c->peer];
 
-    tw_tcp_unlink_handshaking(c);
+    tw_tcp_unlink(c);
     if (ep->pending == c) {
         ep->pending = NULL;
     }
@@ -278,6 +285,9 @@ static void tw_tcp_established(tw_tcp_conn_t *c)
         ep->accepting = NULL;
     }
     c->state = TW_TCP_CONNECTED;
+    c->next = lane->live;
+    lane->live = c;
+    lane->nlive++;
     ep->conn = c;
     tw_tcp_mark_dirty(lane, ep); /* written after this callback: @p c may be in use */
 }

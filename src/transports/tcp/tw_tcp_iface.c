@@ -95,6 +95,17 @@ static const tw_cfg_entry_t tw_tcp_cfg_entries[] = {
      .offset = offsetof(tw_tcp_cfg_t, poll_max),
      .min = 0,
      .max = 4096},
+    {.name = "TW_TCP_DIRECT_RECV",
+     .type = TW_CFG_INT,
+     .defval = "2",
+     .help = "tcp transport: a thread that polls a lane of at most this many connections (a "
+             "spinning tw_cq_wait, tw_cq_poll, tw_progress) reads them with recv(2) without "
+             "polling them first, running the event loop once in 64 passes or after 1 ms; 0 = "
+             "never. A message then costs one syscall instead of two, but each connection costs "
+             "one on every pass (barrier across two emulated nodes: 15.6 -> 12.1 us)",
+     .offset = offsetof(tw_tcp_cfg_t, direct_recv),
+     .min = 0,
+     .max = 64},
 };
 
 const tw_cfg_table_t tw_tcp_cfg_table = {

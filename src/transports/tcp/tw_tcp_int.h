@@ -52,6 +52,7 @@ typedef struct tw_tcp_cfg {
     char congestion[TW_CFG_STRLEN]; /* TCP_CONGESTION of every connection; "": the host's */
     size_t notsent_lowat;           /* TCP_NOTSENT_LOWAT of every connection; 0: the host's */
     int poll_max;                   /* a lane with at most this many peers waits with poll(2) */
+    int direct_recv;                /* a polling thread reads up to this many with recv(2) alone */
 } tw_tcp_cfg_t;
 
 typedef struct tw_tcp_rsend tw_tcp_rsend_t;
@@ -151,7 +152,7 @@ typedef struct tw_tcp_conn {
     size_t in_len, in_cap;
     tw_tl_rndv_t *rx;         /* the payload the stream is in, or NULL */
     const char *bad;          /* why the stream is bad (static text), for the log line */
-    struct tw_tcp_conn *next; /* handshaking connections */
+    struct tw_tcp_conn *next; /* the lane's handshaking or (CONNECTED) live connections */
 } tw_tcp_conn_t;
 
 /* A peer (rank p), owned by lane p % nlanes: engine or try-lock holder of
@@ -198,10 +199,13 @@ struct tw_tcp_lane {
     struct event *ev_timer;                  /* set at open, read-only after */
     uint64_t last_tick;                      /* engine or try-lock holder */
     tw_tcp_conn_t *handshaking;              /* engine or try-lock holder */
-    tw_tcp_ep_t *dirty;                      /* engine or try-lock holder */
+    tw_tcp_conn_t *live;                     /* CONNECTED ones; engine or try-lock holder */
+    unsigned nlive;                          /* engine or try-lock holder */
+    unsigned direct_turns; /* passes that could read directly (tw_tcp_lane_direct); idem */
+    tw_tcp_ep_t *dirty;    /* engine or try-lock holder */
     unsigned nwant_out; /* conns waiting for room (the engine's epoll); engine or try-lock holder */
     unsigned nconns;    /* open connections (any state); engine or try-lock holder */
-    uint64_t last_loop; /* engine or try-lock holder */
+    uint64_t last_loop; /* the event loop's last run (coarse); engine or try-lock holder */
     /* Callbacks that did work in this pass (progress returns it); engine
      * or try-lock holder. */
     int events;

@@ -32,6 +32,20 @@
  * empty poll(2) costs more per socket (1.3 us for 1, 2.0 for 16, 3.5 for
  * 32, where epoll stays near 1.1), and every pass pays it.
  *
+ * Reading without polling. A thread that polls a lane rather than sleeps
+ * on it -- a worker spinning in tw_cq_wait, tw_cq_poll or tw_progress
+ * with the lane's engine free, or tw_progress in manual mode -- reads a
+ * lane of at most TW_TCP_DIRECT_RECV established connections with
+ * recv(2) directly (tw_tcp_lane_direct), and runs the event loop only
+ * on every 64th pass or after 1 ms (accepts, the timer, sockets waiting
+ * for room). An empty recv costs what an empty poll does (1.2-1.5 us
+ * here), and a message found costs one syscall, not two, with none of
+ * the loop's own work: a barrier across two emulated nodes 15.6 -> 12.1
+ * us (Open MPI 15.6), where a raw socket exchange takes 9.4-10.4. An
+ * engine's own pass reads first too, and runs the loop only when that
+ * found nothing (tw_tcp_lane_engine): with the workers asleep, that
+ * barrier 21.9 -> 17.6 us.
+ *
  * Liveness. TW_TCP_TIMEOUT (default 10 s; 0 = off) bounds how long a peer
  * may stay silent: the kernel aborts a connection whose sent data stays
  * unacknowledged that long (TCP_USER_TIMEOUT, which also covers a zero
@@ -68,6 +82,10 @@
 #include "transports/tcp/tw_tcp_int.h"
 
 #define TW_TCP_IDLE_LOOP (1000ull * 1000) /* a lane without connections: 1 ms */
+/* Passes that read the sockets directly (TW_TCP_DIRECT_RECV) run the
+ * event loop once in this many, and at least this often. */
+#define TW_TCP_DIRECT_LOOP    64u
+#define TW_TCP_DIRECT_LOOP_NS (1000ull * 1000) /* 1 ms */
 
 /* Close every connection of @p ep and complete its queued frames with @p st. */
 void tw_tcp_ep_close(tw_tcp_lane_t *lane, tw_tcp_ep_t *ep, tw_status_t st)
@@ -246,13 +264,72 @@ int tw_tcp_lane_progress(void *arg)
      * second; a new connection waits a tick more at worst). */
     if (lane->nconns > 0 || tw_pe_pass_coarse_ns(lane->pe) - lane->last_loop >= TW_TCP_IDLE_LOOP) {
         event_base_loop(lane->base, EVLOOP_NONBLOCK);
-        if (lane->nconns == 0) {
-            lane->last_loop = tw_pe_pass_coarse_ns(lane->pe);
-        }
+        lane->last_loop = tw_pe_pass_coarse_ns(lane->pe);
         tw_tcp_flush_dirty(lane);
     }
     lane->busy--;
     return lane->events;
+}
+
+/* May this pass read the lane's sockets itself (tw_tcp_lane_pass)? Its
+ * connections all established and few, nothing waiting for room in a
+ * socket, nothing left for the engine; and not the TW_TCP_DIRECT_LOOP-th
+ * such pass in a row, nor TW_TCP_DIRECT_LOOP_NS after the last event
+ * loop: that one runs the loop (accepts, the liveness timer, anything
+ * else), so a thread that polls seldom loses nothing. */
+static bool tw_tcp_lane_direct(tw_tcp_lane_t *lane)
+{
+    if (lane->nlive == 0 || lane->nlive > (unsigned)lane->tcp->cfg.direct_recv ||
+        lane->nconns != lane->nlive || lane->nwant_out > 0 || lane->nreparse > 0 ||
+        lane->downs != NULL) {
+        return false;
+    }
+    return ++lane->direct_turns % TW_TCP_DIRECT_LOOP != 0 &&
+           tw_pe_pass_coarse_ns(lane->pe) - lane->last_loop < TW_TCP_DIRECT_LOOP_NS;
+}
+
+/* Read every live connection with recv(2), no poll(2) first: on this
+ * project's test machine either syscall costs 1.2-1.5 us, so a message
+ * found by polling costs two. */
+static int tw_tcp_lane_read_direct(tw_tcp_lane_t *lane)
+{
+    lane->events = 0;
+    lane->busy++;
+    tw_tcp_flush_dirty(lane); /* (a direct send leaves its peer on the list) */
+    for (tw_tcp_conn_t *c = lane->live; c != NULL; c = c->next) {
+        if (!tw_tcp_read(c)) {
+            break; /* @p c is gone; the rest wait for the next pass */
+        }
+    }
+    tw_tcp_flush_dirty(lane); /* what the frames read made us send */
+    lane->busy--;
+    if (lane->events > 0) {
+        tw_stats_inc(lane->tcp->super.stats, TW_TL_STAT_RX_DIRECT);
+    }
+    return lane->events;
+}
+
+/* A pass of a thread that polls the lane instead of sleeping on it (a
+ * worker's tw_cq_wait spin, tw_cq_poll, tw_progress; tw_progress in
+ * manual mode): direct reads when it may, else the progress pass. */
+static int tw_tcp_lane_pass(tw_tcp_lane_t *lane)
+{
+    return tw_tcp_lane_direct(lane) ? tw_tcp_lane_read_direct(lane) : tw_tcp_lane_progress(lane);
+}
+
+/* An engine's own pass (its thread, woken by one of the lane's fds, or
+ * spinning): the few connections read first when it may, and the event
+ * loop only when that found nothing -- the wake-up was for an accept, the
+ * timer, room in a socket -- so a message costs the wake-up and one read. */
+static int tw_tcp_lane_engine(void *arg)
+{
+    tw_tcp_lane_t *lane = arg;
+    int events;
+
+    if (tw_tcp_lane_direct(lane) && (events = tw_tcp_lane_read_direct(lane)) > 0) {
+        return events;
+    }
+    return tw_tcp_lane_progress(lane);
 }
 
 /* A worker polls a lane (it holds the lane engine's lock). */
@@ -265,7 +342,7 @@ static int tw_tcp_lane_poll(void *arg)
         return 0;
     }
     lane->in_worker = true;
-    events = tw_tcp_lane_progress(lane);
+    events = tw_tcp_lane_pass(lane);
     lane->in_worker = false;
     if (lane->dirty == NULL && lane->nwant_out == 0 && lane->handles.next == &lane->handles) {
         /* Nothing outbound nor half-received: its thread need not watch
@@ -293,7 +370,9 @@ int tw_tcp_poll(tw_tl_iface_t *iface)
 int tw_tcp_progress(tw_tl_iface_t *iface)
 {
     tw_tcp_iface_t *tcp = (tw_tcp_iface_t *)iface;
-    int events = tw_tcp_lane_progress(&tcp->lanes[0]);
+    /* Manual mode: this is the caller's tw_progress, which polls. */
+    int events =
+        tcp->threads ? tw_tcp_lane_engine(&tcp->lanes[0]) : tw_tcp_lane_pass(&tcp->lanes[0]);
 
     if (!tcp->threads) {
         for (int k = 1; k < tcp->nlanes; k++) {
@@ -379,7 +458,7 @@ tw_status_t tw_tcp_lane_open(tw_tcp_iface_t *tcp, int k, const tw_tl_params_t *p
             return st;
         }
         lane->own_pe = true;
-        st = tw_pe_add(lane->pe, tw_tcp_lane_progress, lane, -1);
+        st = tw_pe_add(lane->pe, tw_tcp_lane_engine, lane, -1);
         if (st == TW_OK) {
             st = tw_pe_workers_poll(lane->pe); /* tw_cq_wait polls it too */
         }
@@ -448,6 +527,9 @@ void tw_tcp_lane_close(tw_tcp_lane_t *lane)
         tw_tcp_conn_t *c = lane->handshaking;
         c->peer = -1;
         tw_tcp_conn_close(c);
+    }
+    while (lane->live != NULL) {
+        tw_tcp_conn_close(lane->live); /* (its peer's ep forgets it) */
     }
     while (lane->handles.next != &lane->handles) {
         tw_tcp_rndv_free(lane->handles.next); /* staged, never asked for */
