@@ -11,10 +11,17 @@
 #   tuned  its default collective component (coll/tuned);
 #   sm     coll/sm forced (--mca coll_sm_priority 100; checked to be the
 #          component selected, else the column is left out).
-# Each measurement runs REPS times (default 3), alternating tuned, sm and
-# threadwire, at high priority in its own autogroup; the tables show
-# medians and threadwire / Open MPI. Latencies in us: below 1 is
-# threadwire faster; rates (k collectives/s) and overlap (%): above 1 is.
+#   floor  tools/bench-peers/floor_coll.c, the same loop over nothing but
+#          the medium, no library in the timed path: a shared cache line
+#          per rank (pin) or one TCP socket spun on with recv(2)
+#          (cluster, 1 rank a node); barrier, bcast and allreduce of 8
+#          and 64 B only, 2 ranks only. What no library can beat: tw/floor
+#          is how far above it threadwire is.
+# Each measurement runs REPS times (default 3), alternating tuned, sm,
+# floor and threadwire, at high priority in its own autogroup; the tables
+# show medians and threadwire / each other column. Latencies in us: below
+# 1 is threadwire faster; rates (k collectives/s) and overlap (%): above
+# 1 is.
 #   tools/perf-coll.sh [BUILD_DIR]       (default build/release)
 #   REPS=N  SECTIONS="pin over threads overlap cluster" (default: all)
 #   CLUSTER_BIND=node|none (cluster: default node)
@@ -64,7 +71,7 @@
 # 2 cores for the one-node sections, half a minute for cluster.
 # For tools/report.sh: MEDIANS=FILE also writes every median there, one a
 # line: SECTION|IMPL|OP|BYTES|METRIC|MEDIAN (SECTION as below, or
-# threads1/2, overlap8, cluster2/4; IMPL tuned, sm or tw; BYTES 0 for
+# threads1/2, overlap8, cluster2/4; IMPL tuned, sm, floor or tw; BYTES 0 for
 # barrier; METRIC lat, loop in us, rate in k/s, ovl in %), sorted; ITERS=N
 # runs every measurement N iterations (a quick check; figures then mean
 # little).
@@ -96,6 +103,7 @@ if ompi_build mpi_coll; then
     echo "perf-coll: coll/sm was not selected (--mca coll_sm_priority 100): no sm column" >&2
     impls=(tuned)
   fi
+  ! ompi_build floor_coll || impls+=(floor)
 fi
 if [ -x "$build/tools/tw_coll_perf" ] && [ -x "$build/tools/twrun" ]; then
   impls+=(tw)
@@ -104,7 +112,7 @@ else
     "twrun): no threadwire column" >&2
 fi
 [ ${#impls[@]} -gt 0 ] || exit 2
-declare -A name=([tuned]="OMPI tuned" [sm]="OMPI sm" [tw]=threadwire)
+declare -A name=([tuned]="OMPI tuned" [sm]="OMPI sm" [floor]="raw floor" [tw]=threadwire)
 
 declare -A r
 # record KEY: the lines of a run on stdin; per size, its average latency,
@@ -182,6 +190,7 @@ run() {
   [ -z "${ITERS:-}" ] || set -- "$@" -i "$ITERS" -x 1 # the last -i wins
   case $sec.$impl in
     cluster*.tw) out=$(cluster "$n" -- "$build/tools/tw_coll_perf" "$@") || true ;;
+    cluster*.floor) out=$(cluster "$n" "${ompi_net[@]}" -- "$tmp/floor_coll" "$@") || true ;;
     cluster*.tuned)
       out=$(cluster "$n" "${ompi_net[@]}" --env OMPI_MCA_mpi_yield_when_idle=$((n > 2)) \
         -- "$tmp/mpi_coll" "$@") || true ;;
@@ -190,6 +199,7 @@ run() {
         "$build/tools/tw_coll_perf" "$@" 2>"$log") || true ;;
     *.tuned) out=$(ompi_shm "$n" "${ompi[@]}" "$tmp/mpi_coll" "$@") || true ;;
     *.sm) out=$(ompi_shm "$n" "${ompi[@]}" "${sm[@]}" "$tmp/mpi_coll" "$@") || true ;;
+    *.floor) out=$(ompi_shm "$n" "${ompi[@]}" "$tmp/floor_coll" "$@") || true ;;
   esac
   grep -q '^coll,' <<<"$out" || fail "$sec: ${name[$impl]} -n $n $*"
   record "$sec.$impl.$op" <<<"$out"
@@ -200,6 +210,16 @@ for rep in $(seq "$reps"); do
   for sec in $sections; do
     echo "perf-coll: rep $rep/$reps: $sec ($(date +%T))" >&2
     for impl in "${impls[@]}"; do
+      if [ "$impl" = floor ]; then
+        # 2 ranks and the small rows only; pin and cluster (1 rank a node).
+        case $sec in
+          pin | cluster)
+            [ "$sec" = pin ] && s=pin || s=cluster2
+            run "$s" floor 2 -c barrier
+            for op in bcast allreduce; do run "$s" floor 2 -c $op -m 8:64; done ;;
+        esac
+        continue
+      fi
       case $sec in
         pin | over)
           n=2
@@ -247,8 +267,19 @@ if [ -n "${MEDIANS:-}" ]; then
 fi
 sz() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; else if (b >= 1024)
   printf "%d KiB", b / 1024; else printf "%d B", b }'; }
-# The columns of the table being printed: impls (cluster: but sm).
+# The columns of the table being printed: impls (cluster: but sm; floor:
+# pin and 1 rank a node only).
 cols=("${impls[@]}")
+# but IMPL...: set cols to impls without those named.
+but() {
+  local i x keep
+  cols=()
+  for i in "${impls[@]}"; do
+    keep=1
+    for x in "$@"; do [ "$i" != "$x" ] || keep=0; done
+    [ "$keep" = 0 ] || cols+=("$i")
+  done
+}
 # The congestion control the emulated nodes ran.
 cluster_cc_name() {
   if [ "$cluster_cc" = host ]; then
@@ -289,9 +320,10 @@ lat_rows() { # SEC [METRIC]
 }
 
 for sec in $sections; do
-  cols=("${impls[@]}")
+  but floor
   case $sec in
     pin)
+      cols=("${impls[@]}")
       header "2 processes, one per core: latency"
       lat_rows pin ;;
     over)
@@ -314,10 +346,10 @@ for sec in $sections; do
       row "overlap, %, no tests" "overlap.IMPL.iallreduce.65536.ovl"
       row "overlap, %, 8 tests (-P 8)" "overlap8.IMPL.iallreduce.65536.ovl" ;;
     cluster)
-      cols=()
-      for i in "${impls[@]}"; do [ "$i" = sm ] || cols+=("$i"); done
+      but sm
       header "2 emulated nodes (network namespaces, mpirun): 1 rank per node, congestion control $(cluster_cc_name)"
       lat_rows cluster2
+      but sm floor
       header "2 emulated nodes (network namespaces, mpirun): 2 ranks per node"
       lat_rows cluster4 ;;
   esac
