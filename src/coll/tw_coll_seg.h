@@ -21,12 +21,12 @@
 #include "shmem/tw_seg.h"
 
 #define TW_CSEG_MAGIC        0x7477637365673031ull /* "twcseg01" */
-#define TW_CSEG_VERSION      6u
+#define TW_CSEG_VERSION      7u
 #define TW_CSEG_DESC_OFF     4096u
 #define TW_CSHM_MEMBER_BYTES sizeof(tw_cshm_member_t)
 
-_Static_assert(sizeof(tw_cshm_line_t) == 64, "a line is 64 bytes");
-_Static_assert(sizeof(tw_cshm_member_t) == 512, "a member's lines are 4 x 128 bytes");
+_Static_assert(sizeof(tw_cshm_line_t) == 128, "a line is 128 bytes");
+_Static_assert(sizeof(tw_cshm_member_t) == 768, "a member's lines are 6 x 128 bytes");
 _Static_assert(sizeof(tw_cshm_head_t) == 128, "the head is 128 bytes");
 
 typedef struct tw_cseg_hdr {
