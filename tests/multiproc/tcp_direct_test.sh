@@ -6,8 +6,9 @@
 # connections reads them with recv(2) without polling them first. A
 # tw_perf ping-pong over TCP (tw_perf checks every payload) counts the
 # passes that found data that way (tl:tcp/rx_direct): some on every rank
-# with the default, a spinning worker (TW_WAIT_MODE=spin) and in manual
-# mode (tw_progress), none with 0; and some among 3 ranks, a lane of 2
+# with the default, a spinning worker (TW_WAIT_MODE=spin), sleeping
+# workers (TW_WAIT_MODE=block: the engine reads) and in manual mode
+# (tw_progress), none with 0; and some among 3 ranks, a lane of 2
 # connections each. A value out of range is refused at tw_init.
 #   tcp_direct_test.sh TWRUN TW_PERF TEST_ALLTOALL
 set -eu
@@ -33,6 +34,8 @@ check() {
 }
 check spin 'all ifaces/tl:tcp/rx_direct >= 1' TW_WAIT_MODE=spin
 check manual 'all ifaces/tl:tcp/rx_direct >= 1' TW_PROGRESS_THREADS=0
+# Workers asleep: only the engines' own passes can read first.
+check block 'all ifaces/tl:tcp/rx_direct >= 1' TW_WAIT_MODE=block
 check off 'all ifaces/tl:tcp/rx_direct == 0' TW_WAIT_MODE=spin TW_TCP_DIRECT_RECV=0
 
 # 3 ranks, each with 2 connections on its one lane, all to all (every

@@ -229,6 +229,9 @@ static fl_shm_t *fl_shm_setup(void)
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (fl_rank == 1 && (fd = shm_open(name, O_RDWR, 0)) < 0) {
+        int err = errno;
+        shm_unlink(name); /* the abort ends rank 0 before it could */
+        errno = err;
         fl_die("opening the shared mapping");
     }
     p = mmap(NULL, sizeof(fl_shm_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
